@@ -1,0 +1,153 @@
+"""A backend URL -> a redis-py client (sync or asyncio), configured for the brake.
+
+Every client built here gets the brake's timeout budget: each attempt may use
+half of `timeout_seconds` (connect and read alike) and redis-py retries a
+failed command once (`Retry(NoBackoff(), 1)`), so one check never waits longer
+than `timeout_seconds`. The retry is safe because every check carries a call
+id (the host's, or a random one): a retried check that did reach Redis is
+recognised and not counted twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import fakeredis
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
+from redis.backoff import NoBackoff
+
+from .errors import InvalidURLError
+from .urls import ParsedURL, parse_url
+
+__all__ = ["async_client", "memory_server", "sync_client"]
+
+_TLS_OPTIONS = {
+    "ssl_ca_certs": str,
+    "ssl_ca_path": str,
+    "ssl_certfile": str,
+    "ssl_keyfile": str,
+    "ssl_cert_reqs": str,
+    "ssl_check_hostname": bool,
+    "ssl_min_version": str,
+}
+_OTHER_OPTIONS = {"client_name": str, "max_connections": int, "sentinel_password": str,
+                  "sentinel_username": str}
+
+_memory_lock = threading.Lock()
+_memory_servers: dict[str, fakeredis.FakeServer] = {}
+
+
+def memory_server(name: str) -> fakeredis.FakeServer:
+    """The in-process fake server for `memory://name`, shared by every brake of this process."""
+    with _memory_lock:
+        server = _memory_servers.get(name)
+        if server is None:
+            server = _memory_servers[name] = fakeredis.FakeServer(version=(7, 0))
+        return server
+
+
+def _bool(url: ParsedURL, name: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise InvalidURLError(f"invalid backend URL {url.redacted!r}: {name} must be true or false")
+
+
+def _options(url: ParsedURL) -> dict[str, Any]:
+    allowed = {**_OTHER_OPTIONS, **(_TLS_OPTIONS if url.tls else {})}
+    options: dict[str, Any] = {}
+    for name, text in url.options.items():
+        kind = allowed.get(name)
+        if kind is None:
+            known = ", ".join(sorted(allowed))
+            raise InvalidURLError(
+                f"invalid backend URL {url.redacted!r}: unknown option {name!r} (known: {known})"
+            )
+        if kind is bool:
+            options[name] = _bool(url, name, text)
+        elif kind is int:
+            if not text.isdigit():
+                raise InvalidURLError(f"invalid backend URL {url.redacted!r}: {name} must be a number")
+            options[name] = int(text)
+        else:
+            options[name] = text
+    return options
+
+
+def _common(url: ParsedURL, timeout: float, retry: Any) -> dict[str, Any]:
+    attempt = timeout / 2
+    kwargs: dict[str, Any] = {
+        "socket_timeout": attempt,
+        "socket_connect_timeout": attempt,
+        "retry": retry,
+        "username": url.username,
+        "password": url.password,
+    }
+    options = _options(url)
+    for name in ("sentinel_password", "sentinel_username"):
+        options.pop(name, None)
+    kwargs.update(options)
+    if url.tls:
+        kwargs["ssl"] = True
+    return kwargs
+
+
+def _sentinel_kwargs(url: ParsedURL, timeout: float) -> dict[str, Any]:
+    options = url.options
+    extra: dict[str, Any] = {"socket_timeout": timeout / 2, "socket_connect_timeout": timeout / 2}
+    if "sentinel_password" in options:
+        extra["password"] = options["sentinel_password"]
+    if "sentinel_username" in options:
+        extra["username"] = options["sentinel_username"]
+    return extra
+
+
+def sync_client(url: str | ParsedURL, timeout: float) -> Any:
+    """A redis-py (or fakeredis) client for `url`, sync flavour."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    if parsed.kind == "memory":
+        return fakeredis.FakeRedis(server=memory_server(parsed.path))
+    kwargs = _common(parsed, timeout, redis.retry.Retry(NoBackoff(), 1))
+    if parsed.kind == "redis":
+        host, port = parsed.hosts[0]
+        return redis.Redis(host=host, port=port, db=parsed.db, **kwargs)
+    if parsed.kind == "unix":
+        kwargs.pop("ssl", None)
+        return redis.Redis(unix_socket_path=parsed.path, db=parsed.db, **kwargs)
+    if parsed.kind == "cluster":
+        nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
+        return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+    sentinel = redis.sentinel.Sentinel(
+        list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout), **kwargs
+    )
+    return sentinel.master_for(parsed.path, db=parsed.db)
+
+
+def async_client(url: str | ParsedURL, timeout: float) -> Any:
+    """A redis.asyncio (or fakeredis) client for `url`."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    if parsed.kind == "memory":
+        return fakeredis.FakeAsyncRedis(server=memory_server(parsed.path))
+    kwargs = _common(parsed, timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
+    if parsed.kind == "redis":
+        host, port = parsed.hosts[0]
+        return redis.asyncio.Redis(host=host, port=port, db=parsed.db, **kwargs)
+    if parsed.kind == "unix":
+        kwargs.pop("ssl", None)
+        return redis.asyncio.Redis(unix_socket_path=parsed.path, db=parsed.db, **kwargs)
+    if parsed.kind == "cluster":
+        nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
+        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+    sentinel = redis.asyncio.sentinel.Sentinel(
+        list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout), **kwargs
+    )
+    return sentinel.master_for(parsed.path, db=parsed.db)

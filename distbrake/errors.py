@@ -1,0 +1,112 @@
+"""The exception tree of distbrake, rooted in one base class.
+
+    DistbrakeError
+    ├── LoopBrakeError              a call was denied before it ran
+    ├── BrakeUnavailableError       the backend failed and the policy is "closed"
+    ├── ConfigurationError (ValueError)
+    │   ├── InvalidMaxRepeatsError  max_repeats (or a per-tool limit) is unusable
+    │   └── InvalidURLError         a backend URL that cannot be used
+    ├── UnsupportedArgumentsError (TypeError)
+    │                               arguments JSON cannot express
+    └── ScriptReplyError            the Redis script answered in an unknown way
+
+No exception built here ever holds a tool's arguments or a password: the
+arguments are the part of a call most likely to carry paths, queries or
+credentials, and errors get logged and shown to models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BrakeUnavailableError",
+    "ConfigurationError",
+    "DistbrakeError",
+    "InvalidMaxRepeatsError",
+    "InvalidURLError",
+    "LoopBrakeError",
+    "ScriptReplyError",
+    "UnsupportedArgumentsError",
+]
+
+PLUGIN = "distbrake"
+
+
+class DistbrakeError(Exception):
+    """Base class of every error distbrake raises."""
+
+
+class LoopBrakeError(DistbrakeError):
+    """Raised, never returned, when the Nth identical call in a row is denied.
+
+    The tool body did not run. Only the 12-character hash prefix of the call
+    is kept: never the arguments.
+    """
+
+    code = "LOOP_BRAKE"
+    plugin = PLUGIN
+
+    def __init__(
+        self,
+        tool_name: str,
+        count: int,
+        max_repeats: int,
+        hash_prefix: str,
+        session_id: str,
+    ) -> None:
+        self.tool_name = tool_name
+        self.count = count
+        self.max_repeats = max_repeats
+        self.hash_prefix = hash_prefix[:12]
+        self.session_id = session_id
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        return (
+            f'loop brake: tool "{self.tool_name}" called {self.count} times in a row '
+            f"with identical arguments (call {self.hash_prefix}\u2026, limit "
+            f"{self.max_repeats}); the call was denied before it ran. Change the "
+            "arguments, call a different tool, or stop."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.tool_name, self.count, self.max_repeats, self.hash_prefix, self.session_id),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(tool_name={self.tool_name!r}, count={self.count}, "
+            f"max_repeats={self.max_repeats}, hash_prefix={self.hash_prefix!r}, "
+            f"session_id={self.session_id!r})"
+        )
+
+
+class BrakeUnavailableError(DistbrakeError):
+    """The brake's backend did not answer and the failure policy is "closed".
+
+    The message names the backend by its redacted URL and the failure class,
+    never a password or a call's arguments.
+    """
+
+
+class ConfigurationError(DistbrakeError, ValueError):
+    """A configuration value that cannot be used; the message names its source."""
+
+
+class InvalidMaxRepeatsError(ConfigurationError):
+    """`max_repeats` (or a per-tool limit) is not an integer >= 1."""
+
+
+class InvalidURLError(ConfigurationError):
+    """A backend URL with an unknown scheme or unusable parts (never echoed with its password)."""
+
+
+class UnsupportedArgumentsError(DistbrakeError, TypeError):
+    """Arguments contain a value JSON cannot express; names the type, never the value."""
+
+
+class ScriptReplyError(DistbrakeError):
+    """The brake's Lua script answered with something this version does not understand."""

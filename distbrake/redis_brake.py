@@ -1,0 +1,127 @@
+"""`DistributedBrake`: the sync Redis brake. It only sends and receives.
+
+One check is one EVALSHA of `lua/brake.lua` (redis-py's `Script` reloads the
+script transparently after NOSCRIPT). Everything else is in `distributed.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .base import SessionState, Verdict
+from .connect import sync_client
+from .distributed import BACKEND_ERRORS, DistributedBase
+from .settings import BrakeSettings, FailurePolicy
+from .slot import script_source
+
+__all__ = ["DistributedBrake"]
+
+SCAN_BATCH = 500
+
+
+class DistributedBrake(DistributedBase):
+    """The loop brake with its streaks in Redis, shared by every worker of a fleet."""
+
+    blocking_io = True
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        super().__init__(client, **options)
+        self._script = client.register_script(script_source())
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | None = None,
+        *,
+        max_repeats: int | float | str | None = None,
+        settings: BrakeSettings | None = None,
+        ttl_seconds: float | None = None,
+        key_prefix: str | None = None,
+        on_backend_error: FailurePolicy | None = None,
+        timeout_seconds: float | None = None,
+        tool_max_repeats: dict[str, int] | None = None,
+        exempt_tools: frozenset[str] | set[str] | None = None,
+    ) -> DistributedBrake:
+        """A brake on `url` (else `DISTBRAKE_URL`, else `memory://`); see the README for schemes."""
+        resolved = cls.settings_for_url(
+            url, settings, max_repeats=max_repeats, ttl_seconds=ttl_seconds,
+            key_prefix=key_prefix, on_backend_error=on_backend_error,
+            timeout_seconds=timeout_seconds, tool_max_repeats=tool_max_repeats,
+            exempt_tools=exempt_tools,
+        )
+        client = sync_client(resolved.url or "memory://", resolved.timeout_seconds)
+        return cls(client, settings=resolved)
+
+    def check(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        session_id: object = None,
+        call_id: object = None,
+        context: object = None,
+    ) -> Verdict:
+        """Count this call in Redis; raise `LoopBrakeError` if it is the Nth identical in a row."""
+        call = self.prepare(tool, args, session_id, call_id, context)
+        if isinstance(call, Verdict):
+            return call
+        if not self.failures.health.may_try():
+            return self.without_redis(call, None)
+        key, argv = self.encode(call)
+        try:
+            reply = self._script(keys=(key,), args=argv)
+        except BACKEND_ERRORS as error:
+            return self.without_redis(call, error)
+        return self.verdict(call, reply)
+
+    # -- operations -------------------------------------------------------------------
+
+    def inspect(self, session_id: str) -> SessionState | None:
+        """The session's slot, or None when it has none (never seen, cleared or expired)."""
+        pipe = self.queue_state_reads(self.client.pipeline(transaction=False), [self.key(session_id)])
+        states = self.decode_states(pipe.execute(), None)
+        return states[0] if states else None
+
+    def clear(self, session_id: str) -> bool:
+        """Forget the session's streak; True when there was one."""
+        return bool(self.client.delete(self.key(session_id)))
+
+    def _key_batches(self) -> Iterator[list[Any]]:
+        batch: list[Any] = []
+        for key in self.client.scan_iter(match=self.key_pattern, count=SCAN_BATCH):
+            batch.append(key)
+            if len(batch) >= SCAN_BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def sessions(self, match: str | None = None) -> Iterator[SessionState]:
+        """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
+        for keys in self._key_batches():
+            pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
+            yield from self.decode_states(pipe.execute(), match)
+
+    def clear_all(self) -> int:
+        """Forget every session under this prefix (and nothing else); returns how many."""
+        cleared = 0
+        for keys in list(self._key_batches()):
+            pipe = self.queue_deletes(self.client.pipeline(transaction=False), keys)
+            cleared += sum(int(n) for n in pipe.execute())
+        return cleared
+
+    def ping(self) -> bool:
+        return bool(self.client.ping())
+
+    def close(self) -> None:
+        """Close the client's connections (a brake built from a URL owns its client)."""
+        close = getattr(self.client, "close", None)
+        if callable(close):
+            close()
+
+    def __enter__(self) -> DistributedBrake:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

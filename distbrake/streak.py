@@ -1,0 +1,157 @@
+"""The streak rule and `LoopBrake`, the in-process brake.
+
+The rule, per check of a session's one slot (last call hash, count):
+
+* same hash as the slot: count + 1; a different hash or an empty slot: the
+  slot takes the new hash and count = 1;
+* a call id equal to the slot's, with the same hash, is a replay: counted
+  once, it gets the count (and so the verdict) it got the first time;
+* the call is denied when count >= max_repeats; denied calls keep counting.
+
+`lua/brake.lua` applies the same rule inside Redis.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from .base import BrakeBase, PreparedCall, SessionState, Verdict
+from .settings import BrakeSettings, load_settings
+from .wrap import GuardMixin
+
+__all__ = ["LoopBrake", "advance"]
+
+
+@dataclass(slots=True)
+class _Slot:
+    digest: str
+    count: int
+    call_id: str | None
+    tool_name: str
+    updated_at: float  # wall clock, for inspection
+    expires_at: float  # monotonic clock
+
+
+def advance(
+    last_digest: str | None, last_count: int, last_call_id: str | None,
+    digest: str, call_id: str | None,
+) -> tuple[int, bool]:
+    """The streak rule: the new count, and whether this was a replay of the last call id."""
+    if last_digest == digest:
+        if call_id is not None and call_id == last_call_id:
+            return last_count, True
+        return last_count + 1, False
+    return 1, False
+
+
+class LoopBrake(GuardMixin, BrakeBase):
+    """The in-process brake: one slot per session in this process, locked, TTL-bounded."""
+
+    def __init__(
+        self,
+        max_repeats: int | float | str | None = None,
+        *,
+        settings: BrakeSettings | None = None,
+        ttl_seconds: float | None = None,
+        tool_max_repeats: dict[str, int] | None = None,
+        exempt_tools: frozenset[str] | set[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            load_settings(
+                settings, max_repeats=max_repeats, ttl_seconds=ttl_seconds,
+                tool_max_repeats=tool_max_repeats, exempt_tools=exempt_tools,
+            )
+        )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._slots: OrderedDict[str, _Slot] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"LoopBrake(max_repeats={self.max_repeats}, sessions={len(self._slots)})"
+
+    def record(self, call: PreparedCall) -> tuple[int, bool]:
+        """Apply the rule to `call`'s session slot; returns (count, replayed)."""
+        now = self._clock()
+        with self._lock:
+            self._expire(now)
+            slot = self._slots.get(call.session_id)
+            if slot is None:
+                count, replayed = 1, False
+                slot = _Slot(call.digest, 1, call.call_id, call.tool_name, 0.0, 0.0)
+                self._slots[call.session_id] = slot
+            else:
+                count, replayed = advance(
+                    slot.digest, slot.count, slot.call_id, call.digest, call.call_id
+                )
+                slot.digest, slot.count, slot.tool_name = call.digest, count, call.tool_name
+                slot.call_id = call.call_id
+                self._slots.move_to_end(call.session_id)
+            slot.updated_at = time.time()
+            slot.expires_at = now + self.settings.ttl_seconds
+        return count, replayed
+
+    def _expire(self, now: float) -> None:
+        slots = self._slots
+        while slots:
+            first = next(iter(slots.values()))
+            if first.expires_at > now:
+                break
+            slots.popitem(last=False)
+
+    def check(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        session_id: object = None,
+        call_id: object = None,
+        context: object = None,
+    ) -> Verdict:
+        """Count this call; raise `LoopBrakeError` if it is the Nth identical in a row."""
+        call = self.prepare(tool, args, session_id, call_id, context)
+        if isinstance(call, Verdict):
+            return call
+        count, replayed = self.record(call)
+        return self.judge(call, count, replayed, "memory")
+
+    # -- operations (the same names as the distributed brakes) --------------------
+
+    def _state(self, session_id: str, slot: _Slot, now: float) -> SessionState:
+        return SessionState(
+            session_id, slot.tool_name, slot.digest[:12], slot.count,
+            max(0.0, slot.expires_at - now), slot.updated_at,
+        )
+
+    def inspect(self, session_id: str) -> SessionState | None:
+        now = self._clock()
+        with self._lock:
+            self._expire(now)
+            slot = self._slots.get(session_id)
+            return None if slot is None else self._state(session_id, slot, now)
+
+    def clear(self, session_id: str) -> bool:
+        with self._lock:
+            return self._slots.pop(session_id, None) is not None
+
+    def sessions(self, match: str | None = None) -> Iterator[SessionState]:
+        now = self._clock()
+        with self._lock:
+            self._expire(now)
+            states = [
+                self._state(session, slot, now)
+                for session, slot in self._slots.items()
+                if match is None or fnmatchcase(session, match)
+            ]
+        return iter(states)
+
+    def reset(self) -> None:
+        """Forget every session's streak."""
+        with self._lock:
+            self._slots.clear()

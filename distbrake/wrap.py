@@ -1,0 +1,211 @@
+"""Putting a brake in front of a tool: wrappers, a decorator, a copy of a definition.
+
+* `wrap_execute(execute, brake, tool=...)`: for host-style `execute(args,
+  context=None)` functions (the Node plugin's shape); hashes `args` itself.
+* `brake.guard("search")`: a decorator for plain functions and methods;
+  hashes the bound arguments as a dict (defaults applied; `self`, `cls` and a
+  parameter named `context` left out, the latter used to find the session).
+* `decorate_tool(definition, brake)`: a copy of a definition (`name` +
+  `execute`) whose execute is braked; the original is untouched.
+
+Sync functions stay sync and async ones async; signature and metadata are
+kept; on denial the body never runs. A call that passes through two braked
+layers of the same brake (a tool wrapped twice, or two seams of one host) is
+counted once: the outer layer marks the call in a `ContextVar` and the inner
+one lets it through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from contextvars import ContextVar
+from typing import Any, Protocol, TypeVar, cast
+
+from .session import bind_session
+
+__all__ = ["GuardMixin", "acheck", "decorate_tool", "is_async_brake", "wrap_execute"]
+
+R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
+
+# (id(brake), tool, id(args)) of the braked call now running in this context.
+_active: ContextVar[tuple[int, str, int] | None] = ContextVar("distbrake_active", default=None)
+
+
+class Brake(Protocol):
+    """Anything with the brake `check` signature (sync or async)."""
+
+    def check(
+        self, tool: str, args: Any, *, session_id: object = None,
+        call_id: object = None, context: object = None,
+    ) -> Any: ...
+
+
+def is_async_brake(brake: Brake) -> bool:
+    """True when `brake.check` is a coroutine function (an async brake)."""
+    return inspect.iscoroutinefunction(brake.check)
+
+
+async def acheck(
+    brake: Brake, tool: str, args: Any, *, session_id: object = None,
+    call_id: object = None, context: object = None,
+) -> Any:
+    """Run `brake.check` from async code, whatever kind of brake it is.
+
+    An async brake is awaited; a sync brake that does network I/O runs in a
+    worker thread (so the event loop never blocks on Redis); the in-process
+    brake runs inline.
+    """
+    if is_async_brake(brake):
+        return await brake.check(
+            tool, args, session_id=session_id, call_id=call_id, context=context
+        )
+    if getattr(brake, "blocking_io", False):
+        return await asyncio.to_thread(
+            functools.partial(
+                brake.check, tool, args, session_id=session_id, call_id=call_id,
+                context=context,
+            )
+        )
+    return brake.check(tool, args, session_id=session_id, call_id=call_id, context=context)
+
+
+def _mark(brake: Brake, tool: str, args: Any) -> tuple[int, str, int]:
+    return (id(brake), tool, id(args))
+
+
+def _make_wrapper(
+    body: Callable[..., Any],
+    brake: Brake,
+    tool: str,
+    session_id: str | None,
+    split: Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, Any]],
+) -> Callable[..., Any]:
+    """The one wrapper builder: `split` turns a call's (args, kwargs) into (hashed args, context)."""
+    if inspect.iscoroutinefunction(body):
+
+        @functools.wraps(body)
+        async def async_wrapper(*a: Any, **kw: Any) -> Any:
+            hashed, context = split(a, kw)
+            mark = _mark(brake, tool, hashed)
+            if _active.get() == mark:
+                return await body(*a, **kw)
+            await acheck(brake, tool, hashed, session_id=session_id, context=context)
+            token = _active.set(mark)
+            try:
+                return await body(*a, **kw)
+            finally:
+                _active.reset(token)
+
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
+        if is_async_brake(brake):
+            raise TypeError(
+                f"tool {tool!r} is a sync function but the brake is async; use a sync "
+                "brake (DistributedBrake or LoopBrake) or make the tool async"
+            )
+
+        @functools.wraps(body)
+        def sync_wrapper(*a: Any, **kw: Any) -> Any:
+            hashed, context = split(a, kw)
+            mark = _mark(brake, tool, hashed)
+            if _active.get() == mark:
+                return body(*a, **kw)
+            brake.check(tool, hashed, session_id=session_id, context=context)
+            token = _active.set(mark)
+            try:
+                return body(*a, **kw)
+            finally:
+                _active.reset(token)
+
+        wrapper = sync_wrapper
+    wrapper.__distbrake_brake__ = brake  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _execute_split(a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[Any, Any]:
+    args = a[0] if a else kw.get("args")
+    context = a[1] if len(a) > 1 else kw.get("context")
+    return args, context
+
+
+def wrap_execute(
+    execute: Callable[..., R], brake: Brake, *, tool: str, session_id: str | None = None
+) -> Callable[..., R]:
+    """Brake a host-style `execute(args, context=None)`; the body never runs on denial."""
+    if getattr(execute, "__distbrake_brake__", None) is brake:
+        return execute  # already braked by this brake: wrapping twice must not halve the limit
+    return cast(Callable[..., R], _make_wrapper(execute, brake, tool, session_id, _execute_split))
+
+
+def _function_split(function: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, Any]]:
+    signature = inspect.signature(function)
+    hidden = {"self", "cls", "context"}
+
+    def split(a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[Any, Any]:
+        try:
+            bound = signature.bind(*a, **kw)
+        except TypeError:
+            return dict(kw), kw.get("context")  # the body will raise its own TypeError
+        bound.apply_defaults()
+        arguments = bound.arguments
+        context = arguments.get("context")
+        return {k: v for k, v in arguments.items() if k not in hidden}, context
+
+    return split
+
+
+def guard_function(function: F, brake: Brake, tool: str | None = None, session_id: str | None = None) -> F:
+    """Brake a plain function or method; the call is identified by its bound arguments."""
+    if getattr(function, "__distbrake_brake__", None) is brake:
+        return function
+    name = tool if tool is not None else getattr(function, "__name__", "tool")
+    return cast(F, _make_wrapper(function, brake, name, session_id, _function_split(function)))
+
+
+def decorate_tool(definition: Any, brake: Brake) -> Any:
+    """A copy of `definition` (`name` + `execute`, mapping or object) with a braked execute."""
+    if isinstance(definition, Mapping):
+        name, execute = definition.get("name"), definition.get("execute")
+    else:
+        name, execute = getattr(definition, "name", None), getattr(definition, "execute", None)
+    if not isinstance(name, str) or not callable(execute):
+        raise TypeError("a tool definition needs a str `name` and a callable `execute`")
+    braked = wrap_execute(execute, brake, tool=name)
+    if isinstance(definition, Mapping):
+        return {**definition, "execute": braked}
+    if dataclasses.is_dataclass(definition) and not isinstance(definition, type):
+        return dataclasses.replace(definition, execute=braked)  # type: ignore[type-var]
+    duplicate = copy.copy(definition)
+    try:
+        object.__setattr__(duplicate, "execute", braked)
+    except (AttributeError, TypeError) as error:
+        raise TypeError(f"cannot set execute on a copy of {type(definition).__name__}") from error
+    return duplicate
+
+
+class GuardMixin:
+    """The decorator and session-binding conveniences every brake offers."""
+
+    def guard(
+        self, tool: str | Callable[..., Any] | None = None, *, session_id: str | None = None
+    ) -> Any:
+        """`@brake.guard("search")` or `@brake.guard`: brake the decorated function."""
+        brake = cast(Brake, self)
+        if callable(tool):
+            return guard_function(tool, brake)
+
+        def decorator(function: F) -> F:
+            return guard_function(function, brake, tool, session_id)
+
+        return decorator
+
+    def session(self, session_id: str) -> AbstractContextManager[str]:
+        """Bind `session_id` to every check in a `with` block (task- and thread-local)."""
+        return bind_session(session_id)
