@@ -1,0 +1,101 @@
+"""Shared fixtures: real redis-server processes (owned by the suite) and brakes on every backend.
+
+Servers are started once per test session on free ports (never the system
+Redis on 6379) and flushed between tests. `redis-server` must be on PATH:
+`.ci/run` installs it with apt-get when it is missing, and the suite fails
+(never skips) without it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
+from tests.redis_servers import RedisCluster, RedisServer
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real single-node redis-server for the whole run (unix socket too)."""
+    with RedisServer(unix_socket=True, name="single") as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The single node's URL, flushed before the test."""
+    redis_server.command("FLUSHALL")
+    redis_server.command("SCRIPT", "FLUSH")
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A real 3-master Redis Cluster for the whole run."""
+    with RedisCluster(masters=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: RedisCluster) -> str:
+    for node in redis_cluster.nodes:
+        node.command("FLUSHALL")
+    return redis_cluster.url
+
+
+def memory_url() -> str:
+    """A fresh embedded backend (fakeredis) nobody else uses."""
+    return f"memory://test-{next(_names)}-{uuid.uuid4().hex[:6]}"
+
+
+BACKENDS = ["memory", "single", "cluster"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """Every backend: embedded, a real single node, a real cluster."""
+    if request.param == "memory":
+        return memory_url()
+    if request.param == "single":
+        return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue("cluster_url"))
+
+
+@pytest.fixture
+def make_sync_brake(backend_url: str) -> Iterator[Callable[..., DistributedBrake]]:
+    made: list[DistributedBrake] = []
+
+    def make(**options: Any) -> DistributedBrake:
+        brake = DistributedBrake.from_url(backend_url, **options)
+        made.append(brake)
+        return brake
+
+    yield make
+    for brake in made:
+        brake.close()
+
+
+@pytest.fixture
+async def make_async_brake(backend_url: str) -> AsyncIterator[Callable[..., AsyncDistributedBrake]]:
+    made: list[AsyncDistributedBrake] = []
+
+    def make(**options: Any) -> AsyncDistributedBrake:
+        brake = AsyncDistributedBrake.from_url(backend_url, **options)
+        made.append(brake)
+        return brake
+
+    yield make
+    for brake in made:
+        await brake.aclose()
+
+
+@pytest.fixture
+def loop_brake() -> Callable[..., LoopBrake]:
+    return LoopBrake

@@ -1,0 +1,190 @@
+"""The streak rules (SPEC §3, §4), written once and run on every brake.
+
+Brakes: the in-process LoopBrake, and DistributedBrake / AsyncDistributedBrake
+on the embedded backend, a real single redis-server and a real 3-master
+cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake, LoopBrakeError
+from tests.brakes import Checker
+from tests.conftest import memory_url
+
+
+@pytest.fixture(
+    params=["loop", "sync-memory", "async-memory", "sync-single", "async-single",
+            "sync-cluster", "async-cluster"]
+)
+async def make(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Checker]]:
+    """Builds a brake of one kind on one backend (the in-process brake has none)."""
+    kind, _, backend = str(request.param).partition("-")
+    if backend == "memory":
+        url = memory_url()
+    elif backend:
+        url = str(request.getfixturevalue("redis_url" if backend == "single" else "cluster_url"))
+
+    made: list[Checker] = []
+
+    def build(**options: Any) -> Checker:
+        if kind == "loop":
+            return Checker(LoopBrake(**options))
+        cls = DistributedBrake if kind == "sync" else AsyncDistributedBrake
+        made.append(Checker(cls.from_url(url, **options)))
+        return made[-1]
+
+    yield build
+    for checker in made:
+        await checker.close()
+
+
+# (calls, max_repeats, expected counts; negative = denied)
+TABLE = [
+    ("AAA", 3, [1, 2, -3]),
+    ("AAAA", 3, [1, 2, -3, -4]),  # denied calls keep counting: the 4th reports 4
+    ("AABA", 3, [1, 2, 1, 1]),  # B breaks A's streak: A starts again at 1, not 3
+    ("AABB", 3, [1, 2, 1, 2]),
+    ("ABAB", 2, [1, 1, 1, 1]),  # alternation is not a streak
+    ("A", 1, [-1]),  # max_repeats=1 denies every call
+    ("AB", 1, [-1, -1]),
+    ("AAAAA", 5, [1, 2, 3, 4, -5]),
+    ("AAB", 2, [1, -2, 1]),
+]
+ARGS = {"A": ("search", {"q": "weather"}), "B": ("search", {"q": "weather "})}
+
+
+@pytest.mark.parametrize(("calls", "limit", "expected"), TABLE)
+async def test_streak_table(
+    make: Callable[..., Checker], calls: str, limit: int, expected: list[int]
+) -> None:
+    brake = make(max_repeats=limit)
+    got = [await brake.count(*ARGS[c], session_id="s") for c in calls]
+    assert got == expected
+
+
+async def test_denial_is_raised_with_the_streak(make: Callable[..., Checker]) -> None:
+    brake = make()
+    await brake.check("search", {"q": "weather"}, session_id="s1")
+    await brake.check("search", {"q": "weather"}, session_id="s1")
+    with pytest.raises(LoopBrakeError) as caught:
+        await brake.check("search", {"q": "weather"}, session_id="s1")
+    error = caught.value
+    assert (error.count, error.max_repeats, error.session_id, error.tool_name) == (3, 3, "s1", "search")
+    assert error.hash_prefix == "35dca543bb3b"
+
+
+async def test_sessions_never_share_a_count(make: Callable[..., Checker]) -> None:
+    brake = make()
+    assert [await brake.count("t", 1, session_id=s) for s in ("a", "b", "a", "b", "a")] == [1, 1, 2, 2, -3]
+    assert await brake.count("t", 1) == 1  # "default" is a session of its own
+
+
+async def test_different_tool_same_args_is_a_different_call(make: Callable[..., Checker]) -> None:
+    brake = make()
+    assert [await brake.count(t, {"q": 1}, session_id="s") for t in ("a", "a", "b", "a")] == [1, 2, 1, 1]
+
+
+async def test_call_id_counts_once_and_gets_the_same_verdict(make: Callable[..., Checker]) -> None:
+    brake = make()
+    assert await brake.count("t", 1, session_id="s", call_id="c1") == 1
+    assert await brake.count("t", 1, session_id="s", call_id="c1") == 1  # replay
+    assert await brake.count("t", 1, session_id="s", call_id="c2") == 2
+    assert await brake.count("t", 1, session_id="s", call_id="c3") == -3
+    assert await brake.count("t", 1, session_id="s", call_id="c3") == -3  # same verdict again
+    assert await brake.count("t", 1, session_id="s", call_id="c4") == -4
+    verdict = await brake.check("u", 1, session_id="s", call_id="c5")
+    again = await brake.check("u", 1, session_id="s", call_id="c5")
+    assert (again.count, again.replayed, verdict.replayed) == (1, True, False)
+
+
+async def test_call_id_reused_for_another_call_is_a_new_call(make: Callable[..., Checker]) -> None:
+    brake = make()
+    assert await brake.count("t", 1, session_id="s", call_id="c1") == 1
+    assert await brake.count("t", 2, session_id="s", call_id="c1") == 1
+    assert await brake.count("t", 1, session_id="s", call_id="c1") == 1
+
+
+async def test_context_gives_session_and_call_id(make: Callable[..., Checker]) -> None:
+    brake = make()
+    assert await brake.count("t", 1, context={"agent_id": "agent-7", "call_id": "x"}) == 1
+    assert await brake.count("t", 1, context={"agent_id": "agent-7", "call_id": "x"}) == 1
+    assert (await brake.inspect("agent-7")) is not None
+    assert await brake.count("t", 1, context={"agent_id": "agent-7"}, session_id="other") == 1
+
+
+async def test_per_tool_limits_and_exempt_tools(make: Callable[..., Checker]) -> None:
+    brake = make(tool_max_repeats={"poll": 5}, exempt_tools={"heartbeat"})
+    assert [await brake.count("poll", {}, session_id="s") for _ in range(5)] == [1, 2, 3, 4, -5]
+    for _ in range(10):
+        verdict = await brake.check("heartbeat", {}, session_id="s")
+        assert verdict.exempt and verdict.allowed
+    assert [await brake.count("search", {}, session_id="s") for _ in range(3)] == [1, 2, -3]
+
+
+async def test_inspect_clear_and_sessions(make: Callable[..., Checker]) -> None:
+    brake = make(ttl_seconds=120)
+    assert await brake.inspect("nobody") is None
+    assert await brake.clear("nobody") is False
+    for _ in range(2):
+        await brake.check("search", {"q": "weather"}, session_id="alpha")
+    await brake.check("fetch", {"u": 1}, session_id="beta")
+    state = await brake.inspect("alpha")
+    assert state is not None
+    assert (state.session_id, state.tool_name, state.count, state.hash_prefix) == (
+        "alpha", "search", 2, "35dca543bb3b"
+    )
+    assert state.ttl_seconds is not None and 0 < state.ttl_seconds <= 120
+    assert state.updated_at > 1_700_000_000
+    assert sorted(s.session_id for s in await brake.sessions()) == ["alpha", "beta"]
+    assert [s.session_id for s in await brake.sessions("al*")] == ["alpha"]
+    assert await brake.clear("alpha") is True
+    assert await brake.inspect("alpha") is None
+    assert await brake.count("search", {"q": "weather"}, session_id="alpha") == 1
+
+
+class Reference:
+    """The whole rule in ten lines: what every brake must agree with."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.slots = limit, {}  # type: dict[str, tuple[str, int, str | None]]  # noqa: E501
+
+    def check(self, session: str, call: str, call_id: str | None) -> int:
+        last, count, last_id = self.slots.get(session, ("", 0, None))
+        if last == call and call_id is not None and call_id == last_id:
+            new = count
+        else:
+            new = count + 1 if last == call else 1
+        self.slots[session] = (call, new, call_id)
+        return -new if new >= self.limit else new
+
+
+calls_strategy = st.lists(
+    st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.sampled_from(["A", "B", "C"]),
+              st.sampled_from([None, None, "id1", "id2"])),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=calls_strategy, limit=st.integers(1, 4))
+def test_loop_brake_matches_the_reference_model(calls: list[tuple[str, str, str | None]], limit: int) -> None:
+    import asyncio
+
+    brake = Checker(LoopBrake(limit))
+    sync = Checker(DistributedBrake.from_url(memory_url(), max_repeats=limit))
+    model = Reference(limit)
+
+    async def run() -> None:
+        for session, call, call_id in calls:
+            expected = model.check(session, call, call_id)
+            assert await brake.count("t", call, session_id=session, call_id=call_id) == expected
+            assert await sync.count("t", call, session_id=session, call_id=call_id) == expected
+
+    asyncio.run(run())
