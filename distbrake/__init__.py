@@ -20,10 +20,10 @@ from .errors import (
     UnsupportedArgumentsError,
 )
 from .identity import call_hash, canonical_json, hash_prefix
-from .slot import session_key
 from .redis_brake import DistributedBrake
 from .session import bind_session
 from .settings import BrakeSettings, normalize_max_repeats, resolve_max_repeats
+from .slot import session_key
 from .streak import LoopBrake
 from .wrap import decorate_tool, wrap_execute
 

@@ -59,7 +59,7 @@ class _Coalescer:
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             try:
                 replies = await self._send(batch)
-            except BaseException as error:  # noqa: BLE001 - handed to every waiter
+            except BaseException as error:
                 for _, _, future in batch:
                     if not future.done():
                         future.set_exception(error)

@@ -124,12 +124,12 @@ def sync_client(url: str | ParsedURL, timeout: float) -> Any:
         kwargs.pop("ssl", None)
         return redis.Redis(unix_socket_path=parsed.path, db=parsed.db, **kwargs)
     if parsed.kind == "cluster":
-        nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
+        nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]  # type: ignore[no-untyped-call]
         return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
-    sentinel = redis.sentinel.Sentinel(
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout), **kwargs
     )
-    return sentinel.master_for(parsed.path, db=parsed.db)
+    return sentinel.master_for(parsed.path, db=parsed.db)  # type: ignore[no-untyped-call]
 
 
 def async_client(url: str | ParsedURL, timeout: float) -> Any:
@@ -147,7 +147,7 @@ def async_client(url: str | ParsedURL, timeout: float) -> Any:
     if parsed.kind == "cluster":
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
-    sentinel = redis.asyncio.sentinel.Sentinel(
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout), **kwargs
     )
     return sentinel.master_for(parsed.path, db=parsed.db)

@@ -164,7 +164,9 @@ def _key_text(key: object) -> str:
     if isinstance(key, int):
         return str(key)
     if isinstance(key, float):
-        return js_number(key) if math.isfinite(key) else ("NaN" if math.isnan(key) else ("Infinity" if key > 0 else "-Infinity"))
+        if math.isfinite(key):
+            return js_number(key)
+        return "NaN" if math.isnan(key) else ("Infinity" if key > 0 else "-Infinity")
     if isinstance(key, enum.Enum):
         return _key_text(key.value)
     raise UnsupportedArgumentsError(

@@ -32,10 +32,7 @@ def _lookup(context: object, names: tuple[str, ...]) -> object:
     if context is None:
         return None
     for name in names:
-        if isinstance(context, Mapping):
-            value = context.get(name)
-        else:
-            value = getattr(context, name, None)
+        value = context.get(name) if isinstance(context, Mapping) else getattr(context, name, None)
         if value is not None and value != "":
             return value
     return None

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import ConfigurationError, InvalidMaxRepeatsError
 from .urls import redact_url
@@ -141,11 +142,11 @@ class BrakeSettings(BaseSettings):
     @classmethod
     def _check_tool_limits(cls, value: object) -> dict[str, int]:
         if not isinstance(value, Mapping):
-            raise ValueError("must be a mapping of tool name to an integer >= 1")
+            raise ValueError("must be a mapping of tool name to an integer >= 1")  # noqa: TRY004
         limits: dict[str, int] = {}
         for tool, limit in value.items():
             if not isinstance(tool, str):
-                raise ValueError("tool names must be strings")
+                raise ValueError("tool names must be strings")  # noqa: TRY004
             limits[tool] = normalize_max_repeats(limit, f"tool_max_repeats[{tool!r}]")
         return limits
 
@@ -233,3 +234,9 @@ def load_settings(settings: BrakeSettings | None = None, **given: object) -> Bra
     except ValidationError as error:
         _raise_configuration_error(error, overrides)
         raise  # pragma: no cover - _raise_configuration_error always raises
+    except SettingsError as error:
+        match = re.search(r'field "(\w+)"', str(error))
+        name = _env_name(match.group(1)) if match else "a DISTBRAKE_* variable"
+        raise ConfigurationError(
+            f"invalid environment variable {name}: not valid JSON for this setting"
+        ) from None

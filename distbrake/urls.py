@@ -69,8 +69,8 @@ def _bad(url: str, why: str) -> InvalidURLError:
 
 def _hosts(url: str, netloc: str, default_port: int) -> tuple[tuple[str, int], ...]:
     hosts = []
-    for part in netloc.split(","):
-        part = part.strip()
+    for raw in netloc.split(","):
+        part = raw.strip()
         if not part:
             raise _bad(url, "empty host in host list")
         if part.startswith("["):
@@ -132,9 +132,9 @@ def parse_url(url: str) -> ParsedURL:
         path = "/" + tail if netloc == "" else netloc + ("/" + tail if tail else "")
         if not path or path == "/":
             raise _bad(url, "missing socket path")
-        db = options.pop("db", "0")
+        db_text = options.pop("db", "0")
         return ParsedURL(
-            kind, scheme, False, path=unquote(path), db=_db(url, db), username=username,
+            kind, scheme, False, path=unquote(path), db=_db(url, db_text), username=username,
             password=password, options=options, redacted=redacted,
         )
     if not netloc:

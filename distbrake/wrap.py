@@ -181,7 +181,7 @@ def decorate_tool(definition: Any, brake: Brake) -> Any:
     if isinstance(definition, Mapping):
         return {**definition, "execute": braked}
     if dataclasses.is_dataclass(definition) and not isinstance(definition, type):
-        return dataclasses.replace(definition, execute=braked)  # type: ignore[type-var]
+        return dataclasses.replace(definition, execute=braked)
     duplicate = copy.copy(definition)
     try:
         object.__setattr__(duplicate, "execute", braked)

@@ -153,7 +153,7 @@ class Reference:
     """The whole rule in ten lines: what every brake must agree with."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.slots = limit, {}  # type: dict[str, tuple[str, int, str | None]]  # noqa: E501
+        self.limit, self.slots = limit, {}  # type: dict[str, tuple[str, int, str | None]]
 
     def check(self, session: str, call: str, call_id: str | None) -> int:
         last, count, last_id = self.slots.get(session, ("", 0, None))

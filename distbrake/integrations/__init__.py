@@ -1,0 +1,6 @@
+"""Framework integrations of distbrake, one optional module per framework.
+
+Each module imports its framework on import and needs the matching extra
+(`pip install "distbrake[langchain]"`, `"distbrake[pydantic-ai]"`, ...);
+this package itself imports no framework.
+"""

@@ -1,0 +1,165 @@
+"""The loop brake as FastMCP middleware (fastmcp >= 4).
+
+::
+
+    from fastmcp import FastMCP
+    from distbrake import DistributedBrake
+    from distbrake.integrations.fastmcp import LoopBrakeMiddleware
+
+    mcp = FastMCP("search", middleware=[LoopBrakeMiddleware(DistributedBrake.from_url(url))])
+
+`on_call_tool` checks every `tools/call` before the tool runs. A denied call
+raises `fastmcp.exceptions.ToolError(str(error))` (chained from the
+`LoopBrakeError`), which FastMCP returns as an ordinary tool error: the client
+gets `is_error=True` with the brake's text, unmasked even under
+`mask_error_details=True`. (A plain exception would reach the client as a
+JSON-RPC "Internal server error" instead.)
+
+Which session a call belongs to -- the stateless-MCP trap
+---------------------------------------------------------
+Under the current MCP protocol (2026-07-28, which `fastmcp.Client` negotiates
+by default) every request is its own connection, so `ctx.session_id` is a new
+UUID on every call. A brake keyed on it never sees a second call of the same
+session and never fires. The session is therefore, first match wins:
+
+1. `session_from(context)` (the `MiddlewareContext`), when you pass one and it
+   returns a non-empty str;
+2. the client's `_meta` entry `meta_key` (default `"session_id"`):
+   `await client.call_tool("search", {...}, meta={"session_id": run_id})`,
+   read from `context.fastmcp_context.request_context.meta`. On an
+   authenticated request it is scoped by the principal
+   (`"principal:<client_id>:<issuer>:<subject>/<session_id>"`), so a client
+   can only touch its own principal's streaks;
+3. the authenticated principal (`get_access_token()`:
+   `"principal:<client_id>:<issuer>:<subject>"`);
+4. `ctx.session_id` (as `"mcp-session:<id>"`), but only where the protocol
+   keeps a session: a handshake-era (2025-11-25 or older, `mode="legacy"`)
+   connection that is stateful Streamable HTTP or one long-lived stream
+   (stdio, in-memory). Never under 2026-07-28, never on stateless HTTP;
+5. otherwise distbrake's own rule: a session bound with `bind_session`, else
+   `"default"` (one streak shared by every caller of the server).
+
+`ctx.client_id` is not used: it is a `_meta` value the client sets, not an
+identity. The JSON-RPC request id is not a call id either (it is unique per
+connection only); a retrying client may send `_meta` entry `call_id_key`
+(default `"call_id"`): the same call id with the same arguments in the same
+session is counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import LoopBrakeError
+from ..wrap import Brake, acheck
+
+try:
+    import mcp_types as mt
+    from fastmcp.exceptions import ToolError
+    from fastmcp.server.dependencies import get_access_token
+    from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+    from fastmcp.tools import ToolResult
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        'distbrake.integrations.fastmcp needs FastMCP (fastmcp >= 4): '
+        'pip install "distbrake[fastmcp]"'
+    ) from error
+
+from .mcp import (
+    DEFAULT_CALL_ID_KEY,
+    DEFAULT_META_KEY,
+    meta_value,
+    principal_session,
+    session_for,
+    transport_session,
+)
+
+__all__ = ["LoopBrakeMiddleware", "resolve_session"]
+
+CallToolContext = MiddlewareContext[mt.CallToolRequestParams]
+SessionFrom = Callable[[CallToolContext], "str | None"]
+
+
+def _meta(context: CallToolContext) -> dict[str, Any] | None:
+    fastmcp_context = context.fastmcp_context
+    request = fastmcp_context.request_context if fastmcp_context is not None else None
+    return request.meta if request is not None else None
+
+
+def _transport(context: CallToolContext) -> str | None:
+    fastmcp_context = context.fastmcp_context
+    request = fastmcp_context.request_context if fastmcp_context is not None else None
+    if fastmcp_context is None or request is None:
+        return None
+    return transport_session(
+        request.session,
+        request.request,
+        request.protocol_version,
+        stream_id=lambda: fastmcp_context.session_id,
+    )
+
+
+def resolve_session(
+    context: CallToolContext, *, meta_key: str | None = DEFAULT_META_KEY
+) -> str | None:
+    """The default session of a `tools/call` (steps 2-4 of the module text), or None."""
+    return session_for(
+        _meta(context),
+        meta_key,
+        principal_session(get_access_token()),
+        lambda: _transport(context),
+    )
+
+
+class LoopBrakeMiddleware(Middleware):
+    """Deny the Nth identical tool call in a row, before the tool runs.
+
+    `brake` is any distbrake brake (`LoopBrake`, `DistributedBrake` -- run in a
+    worker thread -- or `AsyncDistributedBrake`). `session_from(context)`
+    overrides the session rule of the module text when it returns a str;
+    `meta_key` / `call_id_key` name the client `_meta` entries read for the
+    session and the call id (None: don't read).
+    """
+
+    def __init__(
+        self,
+        brake: Brake,
+        *,
+        session_from: SessionFrom | None = None,
+        meta_key: str | None = DEFAULT_META_KEY,
+        call_id_key: str | None = DEFAULT_CALL_ID_KEY,
+    ) -> None:
+        self.brake = brake
+        self.session_from = session_from
+        self.meta_key = meta_key
+        self.call_id_key = call_id_key
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(brake={self.brake!r}, meta_key={self.meta_key!r})"
+
+    def session(self, context: CallToolContext) -> str | None:
+        """The session this call is counted in (None: distbrake's bound session or "default")."""
+        if self.session_from is not None:
+            chosen = self.session_from(context)
+            if chosen:
+                return chosen
+        return resolve_session(context, meta_key=self.meta_key)
+
+    async def on_call_tool(
+        self,
+        context: CallToolContext,
+        call_next: CallNext[mt.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        message = context.message
+        try:
+            await acheck(
+                self.brake,
+                message.name,
+                message.arguments or {},
+                session_id=self.session(context),
+                call_id=meta_value(_meta(context), self.call_id_key),
+            )
+        except LoopBrakeError as error:
+            raise ToolError(str(error)) from error
+        return await call_next(context)

@@ -1,0 +1,330 @@
+"""The loop brake for the low-level MCP SDK server (`mcp.server.lowlevel.Server`, mcp >= 2.3).
+
+Wrap the `tools/call` handler::
+
+    from distbrake import DistributedBrake
+    from distbrake.integrations.mcp import brake_call_tool
+
+    brake = DistributedBrake.from_url("redis://redis:6379/0")
+    server = Server("search", on_list_tools=list_tools,
+                    on_call_tool=brake_call_tool(call_tool, brake))
+
+or use the `Extension` (what `mcp.server.MCPServer(extensions=[...])` takes; on
+a low-level server, fold it in with `compose_tool_call_handler`)::
+
+    server = Server("search", on_list_tools=list_tools,
+                    on_call_tool=compose_tool_call_handler([LoopBrakeExtension(brake)], call_tool))
+
+(`Server.middleware` would work too, but the SDK marks it provisional, it sees
+unvalidated params, and a result it returns skips the runner's serialisation.)
+
+A denied call never reaches the handler: the client receives
+`CallToolResult(content=[TextContent(text=str(error))], is_error=True)`, an
+ordinary tool error its model can read ("loop brake: tool "search" called 3
+times in a row with identical arguments (call 1a2b3c4d5e6f…, limit 3); ...").
+
+Which session a call belongs to -- the stateless-MCP trap
+---------------------------------------------------------
+Under the current protocol (2026-07-28, what `mcp.Client` and FastMCP's client
+negotiate by default) every request is its own connection: the transport's
+"session id" is new on every call (FastMCP's `ctx.session_id` is a fresh UUID
+each time, the SDK's `Connection` is rebuilt per request). A brake keyed on it
+sees every call as the first of a new session and never fires. So the session
+is, first match wins:
+
+1. `session_from(ctx)`, when you pass one and it returns a non-empty str;
+2. the client's `_meta` entry `meta_key` (default `"session_id"`), e.g.
+   `client.call_tool("search", {...}, meta={"session_id": run_id})`. When the
+   request is authenticated it is scoped by the principal
+   (`"principal:<client_id>:<issuer>:<subject>/<session_id>"`), so a client
+   can only ever touch its own principal's streaks;
+3. the authenticated principal (`"principal:<client_id>:<issuer>:<subject>"`,
+   from the bearer token);
+4. the transport session (`"mcp-session:<id>"`), but only where the protocol
+   keeps one: a handshake-era (2025-11-25 and older) connection that has a
+   negotiated session id (stateful Streamable HTTP) or is one long-lived stream
+   (stdio, in-memory). Never under 2026-07-28, never on stateless HTTP;
+5. otherwise distbrake's own rule: a session bound with `bind_session`, else
+   `"default"` (one streak shared by every caller of the server).
+
+The JSON-RPC request id is not a call id (it is only unique per connection).
+A client that retries a request may send `_meta` entry `call_id_key` (default
+`"call_id"`): the same call id with the same arguments in the same session is
+counted once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import quote
+from uuid import uuid4
+
+from ..errors import LoopBrakeError
+from ..wrap import Brake, acheck
+
+try:
+    import mcp_types as types
+    from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+    from mcp.server.extension import Extension
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        'distbrake.integrations.mcp needs the MCP SDK (mcp >= 2.3): pip install "distbrake[mcp]"'
+    ) from error
+
+__all__ = [
+    "DEFAULT_CALL_ID_KEY",
+    "DEFAULT_META_KEY",
+    "LoopBrakeExtension",
+    "brake_call_tool",
+    "denial_result",
+    "principal_session",
+    "request_meta",
+    "resolve_session",
+    "session_for",
+    "transport_session",
+]
+
+DEFAULT_META_KEY = "session_id"
+DEFAULT_CALL_ID_KEY = "call_id"
+TRANSPORT_PREFIX = "mcp-session:"
+PRINCIPAL_PREFIX = "principal:"
+_CONNECTION_KEY = "distbrake.session_id"
+
+Context = ServerRequestContext[Any, Any]
+SessionFrom = Callable[[Context], "str | None"]
+CtxT = TypeVar("CtxT", bound=ServerRequestContext[Any, Any])
+ResultT = TypeVar("ResultT")
+
+
+# -- session resolution (shared with distbrake.integrations.fastmcp) ------------------
+
+
+def id_value(value: object) -> str | None:
+    """A usable id from a `_meta` value: a non-empty str or an int; anything else is ignored."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def meta_value(meta: Mapping[str, Any] | None, key: str | None) -> str | None:
+    """`meta[key]` as an id, or None when the key is unset, absent or unusable."""
+    if meta is None or key is None:
+        return None
+    return id_value(meta.get(key))
+
+
+def principal_session(token: object) -> str | None:
+    """The session of an authenticated principal (`client_id`, issuer, `subject` of the token).
+
+    Each part is percent-quoted, so no part can forge another's separators.
+    """
+    if token is None:
+        return None
+    claims = getattr(token, "claims", None)
+    issuer = claims.get("iss") if isinstance(claims, Mapping) else None
+    parts = [getattr(token, "client_id", None), issuer, getattr(token, "subject", None)]
+    if not any(parts):
+        return None
+    return PRINCIPAL_PREFIX + ":".join(quote(str(p), safe="") if p else "" for p in parts)
+
+
+def transport_session(
+    session: object,
+    request: object,
+    protocol_version: str | None,
+    *,
+    stream_id: Callable[[], str] | None = None,
+) -> str | None:
+    """The transport's session, only where the protocol keeps one across calls.
+
+    `session` is the SDK `ServerSession` of the request, `request` its HTTP
+    request (None on stdio and in-memory transports). Under 2026-07-28 (or any
+    version this SDK does not know as a handshake version) there is none. On a
+    handshake-era connection it is the negotiated session id (stateful
+    Streamable HTTP); without one, an HTTP request stands alone (stateless
+    HTTP) and has none, while a stream transport (stdio, in-memory) is one
+    connection for its whole life and gets an id kept on that connection
+    (`stream_id()` when given, else a random one stored in its `state`).
+    """
+    if protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    # The SDK offers no public accessor for the request's Connection (FastMCP
+    # reads the same private attribute for its own session id).
+    connection = getattr(session, "_connection", None)
+    if connection is None:
+        return None
+    negotiated = id_value(getattr(connection, "session_id", None))
+    if negotiated is not None:
+        return TRANSPORT_PREFIX + negotiated
+    if request is not None:
+        return None
+    if stream_id is not None:
+        return TRANSPORT_PREFIX + stream_id()
+    state = getattr(connection, "state", None)
+    if not isinstance(state, dict):
+        return None
+    return TRANSPORT_PREFIX + str(state.setdefault(_CONNECTION_KEY, uuid4().hex))
+
+
+def session_for(
+    meta: Mapping[str, Any] | None,
+    meta_key: str | None,
+    principal: str | None,
+    transport: Callable[[], str | None],
+) -> str | None:
+    """Steps 2-4 of the rule in the module text; None leaves the choice to distbrake."""
+    explicit = meta_value(meta, meta_key)
+    if explicit is not None:
+        return explicit if principal is None else f"{principal}/{explicit}"
+    if principal is not None:
+        return principal
+    return transport()
+
+
+# -- the low-level server -------------------------------------------------------------
+
+
+def request_meta(ctx: Context) -> Mapping[str, Any] | None:
+    """The client's `_meta` of this request, custom keys included."""
+    params = ctx.params
+    if isinstance(params, Mapping):
+        raw = params.get("_meta")
+        if isinstance(raw, Mapping):
+            return raw
+    meta = ctx.meta
+    return meta if isinstance(meta, Mapping) else None
+
+
+def _access_token(ctx: Context) -> object:
+    token: object = get_access_token()
+    if token is None:
+        scope = getattr(ctx.request, "scope", None)
+        user = scope.get("user") if isinstance(scope, Mapping) else None
+        if isinstance(user, AuthenticatedUser):
+            token = user.access_token
+    return token
+
+
+def resolve_session(ctx: Context, *, meta_key: str | None = DEFAULT_META_KEY) -> str | None:
+    """The default session of a low-level request (steps 2-4 of the module text)."""
+    return session_for(
+        request_meta(ctx),
+        meta_key,
+        principal_session(_access_token(ctx)),
+        lambda: transport_session(ctx.session, ctx.request, ctx.protocol_version),
+    )
+
+
+def denial_result(error: LoopBrakeError) -> types.CallToolResult:
+    """The tool error a client (and its model) receives for a denied call."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=str(error))], is_error=True
+    )
+
+
+class _Gate:
+    """One check of a `tools/call` against the brake; the denial result, or None."""
+
+    def __init__(
+        self,
+        brake: Brake,
+        session_from: SessionFrom | None,
+        meta_key: str | None,
+        call_id_key: str | None,
+    ) -> None:
+        self.brake = brake
+        self.session_from = session_from
+        self.meta_key = meta_key
+        self.call_id_key = call_id_key
+
+    def session(self, ctx: Context) -> str | None:
+        if self.session_from is not None:
+            chosen = self.session_from(ctx)
+            if chosen:
+                return chosen
+        return resolve_session(ctx, meta_key=self.meta_key)
+
+    async def deny(
+        self, ctx: Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | None:
+        try:
+            await acheck(
+                self.brake,
+                params.name,
+                params.arguments or {},
+                session_id=self.session(ctx),
+                call_id=meta_value(request_meta(ctx), self.call_id_key),
+            )
+        except LoopBrakeError as error:
+            return denial_result(error)
+        return None
+
+
+def brake_call_tool(
+    handler: Callable[[CtxT, types.CallToolRequestParams], Awaitable[ResultT]],
+    brake: Brake,
+    *,
+    session_from: SessionFrom | None = None,
+    meta_key: str | None = DEFAULT_META_KEY,
+    call_id_key: str | None = DEFAULT_CALL_ID_KEY,
+) -> Callable[[CtxT, types.CallToolRequestParams], Awaitable[ResultT | types.CallToolResult]]:
+    """`handler` (a low-level `on_call_tool`) behind the brake; denied calls never reach it.
+
+    `brake` is any distbrake brake (a sync Redis brake runs in a worker thread).
+    `session_from(ctx)` overrides the session rule of the module text when it
+    returns a str; `meta_key` / `call_id_key` name the client `_meta` entries
+    read for the session and the call id (None: don't read).
+    """
+    gate = _Gate(brake, session_from, meta_key, call_id_key)
+
+    @functools.wraps(handler)
+    async def braked(
+        ctx: CtxT, params: types.CallToolRequestParams
+    ) -> ResultT | types.CallToolResult:
+        denied = await gate.deny(ctx, params)
+        if denied is not None:
+            return denied
+        return await handler(ctx, params)
+
+    return braked
+
+
+class LoopBrakeExtension(Extension):
+    """The brake as an MCP extension interceptor (`MCPServer(extensions=[...])`).
+
+    Same options as `brake_call_tool`. Its settings advertise the `_meta` keys
+    it reads, so a client can discover how to name its session.
+    """
+
+    identifier = "dev.distbrake/loop-brake"
+
+    def __init__(
+        self,
+        brake: Brake,
+        *,
+        session_from: SessionFrom | None = None,
+        meta_key: str | None = DEFAULT_META_KEY,
+        call_id_key: str | None = DEFAULT_CALL_ID_KEY,
+    ) -> None:
+        self._gate = _Gate(brake, session_from, meta_key, call_id_key)
+
+    def settings(self) -> dict[str, Any]:
+        return {"sessionMetaKey": self._gate.meta_key, "callIdMetaKey": self._gate.call_id_key}
+
+    async def intercept_tool_call(
+        self,
+        params: types.CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        denied = await self._gate.deny(ctx, params)
+        if denied is not None:
+            return denied
+        return await call_next(ctx)

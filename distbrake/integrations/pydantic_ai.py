@@ -1,0 +1,117 @@
+"""Pydantic AI: a capability that puts a brake in front of every tool call.
+
+    from pydantic_ai import Agent
+    from distbrake import DistributedBrake
+    from distbrake.integrations.pydantic_ai import LoopBrakeCapability
+
+    brake = DistributedBrake.from_url("redis://localhost:6379/0")
+    agent = Agent(model, tools=[search], capabilities=[LoopBrakeCapability(brake)])
+
+Each tool call is checked in `before_tool_execute`, after its arguments are
+validated and before the tool runs (output tools are not checked: Pydantic
+AI does not run tool hooks for them):
+
+* session: the run's conversation id (`ctx.conversation_id`: the
+  `conversation_id=` given to `run`/`run_sync`, else the one on
+  `message_history`, else a fresh one per run). Pass it explicitly for a
+  conversation that spans workers;
+* call id: the model's tool call id (`call.tool_call_id`), so a call checked
+  twice (two capabilities, two brake objects on one Redis) is counted once;
+* tool and arguments: `call.tool_name` and the validated arguments (when
+  those hold a value JSON cannot express, such as a `datetime`, the model's
+  own JSON arguments, `call.args_as_dict()`, are hashed instead).
+
+On denial the tool does not run, and:
+
+* `on_deny="message"` (default): `pydantic_ai.exceptions.ToolFailed(str(error))`;
+  the model sees a failed tool result with the refusal text and the run goes
+  on. (Not `ModelRetry`: that would use up the tool's retry budget and end
+  the run on a second denial.)
+* `on_deny="raise"`: `LoopBrakeError` propagates out of `run`/`run_sync`.
+
+Every brake kind works (the hook is async): `AsyncDistributedBrake` is
+awaited, `DistributedBrake` runs in a worker thread, `LoopBrake` inline. The
+capability keeps no state of its own, so one instance may serve many agents
+and concurrent runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+try:
+    from pydantic_ai import RunContext
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.exceptions import ToolFailed
+    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.tools import ToolDefinition
+except ImportError as error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "distbrake.integrations.pydantic_ai needs Pydantic AI 2.x: "
+        'pip install "distbrake[pydantic-ai]"'
+    ) from error
+
+from ..errors import ConfigurationError, LoopBrakeError, UnsupportedArgumentsError
+from ..wrap import Brake, acheck
+
+__all__ = ["LoopBrakeCapability", "OnDeny"]
+
+OnDeny = Literal["message", "raise"]
+_ON_DENY: tuple[str, ...] = get_args(OnDeny)
+
+
+class LoopBrakeCapability(AbstractCapability[Any]):
+    """Deny the Nth identical tool call in a row before the tool runs (see the module text).
+
+    `brake` is any distbrake brake (`LoopBrake`, `DistributedBrake`,
+    `AsyncDistributedBrake`); `on_deny` is `"message"` (a `ToolFailed` the
+    model reads) or `"raise"` (`LoopBrakeError` ends the run).
+    """
+
+    def __init__(self, brake: Brake, *, on_deny: OnDeny = "message") -> None:
+        if on_deny not in _ON_DENY:
+            raise ConfigurationError(
+                f"on_deny must be one of {', '.join(map(repr, _ON_DENY))}, not {on_deny!r}"
+            )
+        if not callable(getattr(brake, "check", None)):
+            raise TypeError(f"brake must have a check method, not {type(brake).__name__}")
+        self.brake = brake
+        self.on_deny: OnDeny = on_deny
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r})"
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # holds a live brake: not constructible from an agent spec
+
+    async def before_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Check the call; raise `ToolFailed` (or `LoopBrakeError`) when it is denied."""
+        try:
+            await self._check(ctx, call, args)
+        except LoopBrakeError as error:
+            if self.on_deny == "raise":
+                raise
+            raise ToolFailed(str(error)) from error
+        return args
+
+    async def _check(self, ctx: RunContext[Any], call: ToolCallPart, args: dict[str, Any]) -> None:
+        session_id = ctx.conversation_id or None
+        call_id = call.tool_call_id or None
+        try:
+            await acheck(
+                self.brake, call.tool_name, args, session_id=session_id, call_id=call_id
+            )
+        except UnsupportedArgumentsError:
+            # Raised while hashing, before anything was counted: hash what the model sent.
+            await acheck(
+                self.brake, call.tool_name, call.args_as_dict(), session_id=session_id,
+                call_id=call_id,
+            )
