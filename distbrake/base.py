@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import LoopBrakeError
 from .identity import call_hash, hash_prefix
@@ -24,8 +24,7 @@ __all__ = ["BrakeBase", "PreparedCall", "SessionState", "Verdict"]
 logger = logging.getLogger("distbrake")
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """The answer to an allowed check (a denied one raises `LoopBrakeError`)."""
 
     count: int
@@ -55,8 +54,7 @@ class SessionState:
     updated_at: float  # Unix time of the last check, from the backend's clock
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedCall:
+class PreparedCall(NamedTuple):
     """A call reduced to what the backends may see: no arguments, only their digest."""
 
     tool_name: str
@@ -91,13 +89,14 @@ class BrakeBase:
         context: object = None,
     ) -> PreparedCall | Verdict:
         """Resolve session, call id and limit, and hash; an exempt tool gives its Verdict."""
-        if not isinstance(tool, str):
-            raise TypeError(f"tool name must be a str, not {type(tool).__name__}")
-        session = resolve_session(session_id, context)
-        limit = self.settings.limit_for(tool)
-        if limit is None:
+        session = session_id if type(session_id) is str else resolve_session(session_id, context)
+        settings = self.settings
+        if tool in settings.exempt_tools:
             return Verdict(0, 0, "", session, tool, exempt=True)
-        digest = call_hash(tool, args)
+        limit = settings.tool_max_repeats.get(tool, settings.max_repeats)
+        digest = call_hash(tool, args)  # also refuses a tool name that is not a str
+        if call_id is None and context is None:
+            return PreparedCall(tool, digest, session, None, limit)
         return PreparedCall(tool, digest, session, resolve_call_id(call_id, context), limit)
 
     def judge(

@@ -49,16 +49,20 @@ _ORJSON_OPTIONS = (
     | orjson.OPT_PASSTHROUGH_DATETIME
     | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
-# A digit followed by "." or "e": the output may hold a float (or a string
-# that merely looks like one; the precise pass below tells them apart).
-_FLOAT_HINT = re.compile(rb"[0-9][.eE]")
-# A JSON string (skipped as it is) or a float token outside any string.
-_STRING_OR_FLOAT = re.compile(
-    rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]+(?:\.[0-9]+)?[eE][-+]?[0-9]+|-?[0-9]+\.[0-9]+)'
-)
-# Four-byte UTF-8 sequences: characters above U+FFFF, where JavaScript's
-# UTF-16 key order differs from code-point order.
-_ASTRAL_UTF8 = re.compile(rb"[\xf0-\xf4]")
+# Where orjson and JavaScript may spell a float differently: an integral
+# float ("1.0", "-0.0": JavaScript writes "1", "0") or an exponent
+# ("1e+20", "1e-5": JavaScript writes "100000000000000000000", "0.00001").
+# The same bytes may stand inside a string ("v1.0,"); `_fix_floats` checks.
+_INTEGRAL_ENDS = (b".0,", b".0]", b".0}")
+_EXPONENTS = (b"e+", b"e-")
+_DIGITS = frozenset(b"0123456789")
+_NUMBER_BYTES = frozenset(b"0123456789.eE+-")
+# Bytes below 0xF0: deleting them leaves only lead bytes of characters above
+# U+FFFF, where JavaScript's UTF-16 key order differs from code-point order.
+_BELOW_ASTRAL = bytes(range(0xF0))
+# For small outputs one regex pass is cheaper than several `find` calls.
+_SMALL = 2048
+_FLOAT_HINT = re.compile(rb"\.0(?:[,\]}]|$)|[0-9]e[-+]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
@@ -115,11 +119,66 @@ def js_number(value: float) -> str:
     return sign + body
 
 
-def _fix_float(match: re.Match[bytes]) -> bytes:
-    token = match.group(1)
-    if token is None:
-        return match.group(0)
-    return js_number(float(token)).encode("ascii")
+def _float_candidates(data: bytes) -> list[int]:
+    """Positions of "." in ".0," (etc.) and of "e" in "<digit>e+" / "<digit>e-"."""
+    found: list[int] = []
+    for pattern in _INTEGRAL_ENDS:
+        at = data.find(pattern)
+        while at != -1:
+            found.append(at)
+            at = data.find(pattern, at + 3)
+    if data.endswith(b".0"):
+        found.append(len(data) - 2)
+    for pattern in _EXPONENTS:
+        at = data.find(pattern)
+        while at != -1:
+            if at and data[at - 1] in _DIGITS:
+                found.append(at)
+            at = data.find(pattern, at + 2)
+    return found
+
+
+def _unescaped_quotes(data: bytes, start: int, end: int) -> int:
+    """How many '"' in data[start:end] are not escaped (not after an odd run of backslashes)."""
+    total = data.count(b'"', start, end)
+    escaped, run, sign = 0, b'\\"', 1
+    while True:
+        n = data.count(run, start, end)
+        if not n:
+            return total - escaped
+        escaped += sign * n  # quotes after >= k backslashes, alternating: odd runs remain
+        run, sign = b"\\" + run, -sign
+
+
+def _fix_floats(data: bytes, candidates: list[int]) -> bytes:
+    """Respell orjson's float tokens at `candidates` the JavaScript way, leaving strings alone."""
+    candidates.sort()
+    out: list[bytes] = []
+    done = 0  # data[:done] is already in `out`
+    counted, quotes = 0, 0  # unescaped quotes in data[:counted]
+    size = len(data)
+    for at in candidates:
+        quotes += _unescaped_quotes(data, counted, at)
+        counted = at
+        if quotes & 1 or at < done:  # inside a string, or part of a token already fixed
+            continue
+        start = at
+        while start and data[start - 1] in _NUMBER_BYTES:
+            start -= 1
+        end = at + 1
+        while end < size and data[end] in _NUMBER_BYTES:
+            end += 1
+        out.append(data[done:start])
+        if data[at] == 0x2E:  # an integral float below 1e16: "12.0" -> "12", "-0.0" -> "0"
+            integral = data[start:at]
+            out.append(b"0" if integral == b"-0" else integral)
+        else:
+            out.append(js_number(float(data[start:end])).encode("ascii"))
+        done = end
+    if not out:
+        return data
+    out.append(data[done:])
+    return b"".join(out)
 
 
 # -- the exact path -----------------------------------------------------------
@@ -259,11 +318,12 @@ def canonical_json_bytes(args: Any) -> bytes:
         data = orjson.dumps(args, default=_reject, option=_ORJSON_OPTIONS)
     except (orjson.JSONEncodeError, TypeError, _Unsure, RecursionError):
         return _exact(args).encode("utf-8")
-    if _ASTRAL_UTF8.search(data) is not None:
+    if not data.isascii() and data.translate(None, _BELOW_ASTRAL):
         return _exact(args).encode("utf-8")
-    if _FLOAT_HINT.search(data) is not None:
-        data = _STRING_OR_FLOAT.sub(_fix_float, data)
-    return data
+    if len(data) < _SMALL and _FLOAT_HINT.search(data) is None:
+        return data
+    candidates = _float_candidates(data)
+    return _fix_floats(data, candidates) if candidates else data
 
 
 def canonical_json(args: Any) -> str:
@@ -281,9 +341,12 @@ def _tool_bytes(tool: str) -> bytes:
 
 def call_hash(tool: str, args: Any) -> str:
     """sha256 hex of `tool + "\\n" + canonical_json(args)`: the identity of a call."""
-    if not isinstance(tool, str):
+    if type(tool) is not str and not isinstance(tool, str):
         raise TypeError(f"tool name must be a str, not {type(tool).__name__}")
-    return hashlib.sha256(_tool_bytes(tool) + b"\n" + canonical_json_bytes(args)).hexdigest()
+    digest = hashlib.sha256(_tool_bytes(tool))
+    digest.update(b"\n")
+    digest.update(canonical_json_bytes(args))
+    return digest.hexdigest()
 
 
 def hash_prefix(digest: str) -> str:

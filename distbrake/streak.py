@@ -34,8 +34,7 @@ class _Slot:
     count: int
     call_id: str | None
     tool_name: str
-    updated_at: float  # wall clock, for inspection
-    expires_at: float  # monotonic clock
+    expires_at: float  # on the brake's clock (monotonic); last update = expires_at - ttl
 
 
 def advance(
@@ -72,6 +71,7 @@ class LoopBrake(GuardMixin, BrakeBase):
         self._clock = clock
         self._lock = threading.Lock()
         self._slots: OrderedDict[str, _Slot] = OrderedDict()
+        self._ttl = self.settings.ttl_seconds
 
     def __repr__(self) -> str:
         return f"LoopBrake(max_repeats={self.max_repeats}, sessions={len(self._slots)})"
@@ -79,22 +79,24 @@ class LoopBrake(GuardMixin, BrakeBase):
     def record(self, call: PreparedCall) -> tuple[int, bool]:
         """Apply the rule to `call`'s session slot; returns (count, replayed)."""
         now = self._clock()
+        slots = self._slots
+        session = call.session_id
         with self._lock:
-            self._expire(now)
-            slot = self._slots.get(call.session_id)
+            if slots and next(iter(slots.values())).expires_at <= now:
+                self._expire(now)
+            slot = slots.get(session)
             if slot is None:
                 count, replayed = 1, False
-                slot = _Slot(call.digest, 1, call.call_id, call.tool_name, 0.0, 0.0)
-                self._slots[call.session_id] = slot
+                slots[session] = _Slot(
+                    call.digest, 1, call.call_id, call.tool_name, now + self._ttl
+                )
             else:
                 count, replayed = advance(
                     slot.digest, slot.count, slot.call_id, call.digest, call.call_id
                 )
                 slot.digest, slot.count, slot.tool_name = call.digest, count, call.tool_name
-                slot.call_id = call.call_id
-                self._slots.move_to_end(call.session_id)
-            slot.updated_at = time.time()
-            slot.expires_at = now + self.settings.ttl_seconds
+                slot.call_id, slot.expires_at = call.call_id, now + self._ttl
+                slots.move_to_end(session)
         return count, replayed
 
     def _expire(self, now: float) -> None:
@@ -116,18 +118,17 @@ class LoopBrake(GuardMixin, BrakeBase):
     ) -> Verdict:
         """Count this call; raise `LoopBrakeError` if it is the Nth identical in a row."""
         call = self.prepare(tool, args, session_id, call_id, context)
-        if isinstance(call, Verdict):
-            return call
+        if call.__class__ is Verdict:
+            return call  # type: ignore[return-value]
         count, replayed = self.record(call)
         return self.judge(call, count, replayed, "memory")
 
     # -- operations (the same names as the distributed brakes) --------------------
 
     def _state(self, session_id: str, slot: _Slot, now: float) -> SessionState:
-        return SessionState(
-            session_id, slot.tool_name, slot.digest[:12], slot.count,
-            max(0.0, slot.expires_at - now), slot.updated_at,
-        )
+        left = max(0.0, slot.expires_at - now)
+        updated = time.time() - (self._ttl - left)
+        return SessionState(session_id, slot.tool_name, slot.digest[:12], slot.count, left, updated)
 
     def inspect(self, session_id: str) -> SessionState | None:
         now = self._clock()

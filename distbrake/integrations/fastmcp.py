@@ -78,7 +78,7 @@ from .mcp import (
 __all__ = ["LoopBrakeMiddleware", "resolve_session"]
 
 CallToolContext = MiddlewareContext[mt.CallToolRequestParams]
-SessionFrom = Callable[[CallToolContext], "str | None"]
+SessionFrom = Callable[[CallToolContext], str | None]
 
 
 def _meta(context: CallToolContext) -> dict[str, Any] | None:

@@ -12,9 +12,16 @@ Each tool call the model makes is checked before the tool runs:
 * session: the LangGraph thread id (`config={"configurable": {"thread_id": ...}}`,
   read from `request.runtime.execution_info`); without one, the session bound
   with `distbrake.bind_session`, else `"default"`;
-* call id: the model's tool call id (`tool_call["id"]`), so a call that passes
-  two braked layers (two middlewares, a middleware and a `ToolNode` wrapper,
-  two brake objects on one Redis) is counted once;
+* call id: the model's tool call id (`tool_call["id"]`), qualified by the
+  LangGraph task that runs it (`execution_info.task_id`, derived from the
+  checkpoint, so a task resumed on another worker keeps it). A call that
+  passes two braked layers (two middlewares, two brake objects on one Redis)
+  is counted once, and a model whose ids repeat every turn (some providers
+  number calls per turn: `call_0`, `search:0`) is still counted each turn,
+  where the bare id would make every repeat look like a replay. Layers that share one brake
+  object do not even check twice: the outer layer marks the call it is running
+  and an inner layer with the same brake lets it through, which also holds
+  when a turn's parallel calls interleave;
 * tool and arguments: `tool_call["name"]` and `tool_call["args"]`.
 
 On denial the tool does not run, and:
@@ -41,6 +48,7 @@ only `awrap_tool_call` runs sync invocations without any wrapper at all.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, Literal, get_args
 
 try:
@@ -68,12 +76,30 @@ _ON_DENY: tuple[str, ...] = get_args(OnDeny)
 
 ToolResult = ToolMessage | Command[Any]
 
+# (id(brake), tool call id) of the call an outer layer checked and is running now.
+_running: ContextVar[tuple[int, str] | None] = ContextVar(
+    "distbrake_langchain_running", default=None
+)
+
 
 def _identify(request: ToolCallRequest) -> tuple[str, Any, str | None, str | None]:
     """(tool name, arguments, session id, call id) of a tool call request."""
     call = request.tool_call
-    call_id = call.get("id")
-    return call["name"], call.get("args", {}), _thread_id(request), None
+    return call["name"], call.get("args", {}), _thread_id(request), _call_id(request)
+
+
+def _call_id(request: ToolCallRequest) -> str | None:
+    """The model's tool call id, prefixed with the id of the LangGraph task running it.
+
+    Providers that number calls per turn repeat ids across turns; the task id
+    (one per turn and call, the same for every layer of that call) keeps them apart.
+    """
+    tool_call_id = request.tool_call.get("id")
+    if not tool_call_id:
+        return None
+    info = getattr(getattr(request, "runtime", None), "execution_info", None)
+    task_id = getattr(info, "task_id", None)
+    return f"{task_id}/{tool_call_id}" if task_id else str(tool_call_id)
 
 
 def _thread_id(request: ToolCallRequest) -> str | None:
@@ -141,13 +167,20 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "async runs (ainvoke, astream) only; use DistributedBrake for sync runs"
             )
         tool, args, session_id, call_id = _identify(request)
+        mark = None if call_id is None else (id(self.brake), call_id)
+        if mark is not None and _running.get() == mark:
+            return handler(request)  # an outer layer with this brake checked it
         try:
             self.brake.check(tool, args, session_id=session_id, call_id=call_id)
         except LoopBrakeError as error:
             if self.on_deny == "raise":
                 raise
             return self._deny(request, error)
-        return handler(request)
+        token = _running.set(mark)
+        try:
+            return handler(request)
+        finally:
+            _running.reset(token)
 
     async def awrap_tool_call(
         self,
@@ -156,13 +189,20 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolResult:
         """Check the call with the brake (never blocking the loop); await `handler` if allowed."""
         tool, args, session_id, call_id = _identify(request)
+        mark = None if call_id is None else (id(self.brake), call_id)
+        if mark is not None and _running.get() == mark:
+            return await handler(request)  # an outer layer with this brake checked it
         try:
             await acheck(self.brake, tool, args, session_id=session_id, call_id=call_id)
         except LoopBrakeError as error:
             if self.on_deny == "raise":
                 raise
             return self._deny(request, error)
-        return await handler(request)
+        token = _running.set(mark)
+        try:
+            return await handler(request)
+        finally:
+            _running.reset(token)
 
 
 def tool_call_wrappers(

@@ -96,7 +96,7 @@ PRINCIPAL_PREFIX = "principal:"
 _CONNECTION_KEY = "distbrake.session_id"
 
 Context = ServerRequestContext[Any, Any]
-SessionFrom = Callable[[Context], "str | None"]
+SessionFrom = Callable[[Context], str | None]
 CtxT = TypeVar("CtxT", bound=ServerRequestContext[Any, Any])
 ResultT = TypeVar("ResultT")
 

@@ -75,7 +75,7 @@ __all__ = [
 GUARDRAIL_NAME = "loop_brake"
 
 OnDeny = Literal["reject", "raise"]
-SessionFrom = Callable[[ToolInputGuardrailData], "str | None"]
+SessionFrom = Callable[[ToolInputGuardrailData], str | None]
 AgentT = TypeVar("AgentT", bound=Agent[Any])
 
 

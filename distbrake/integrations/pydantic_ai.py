@@ -15,8 +15,14 @@ AI does not run tool hooks for them):
   `conversation_id=` given to `run`/`run_sync`, else the one on
   `message_history`, else a fresh one per run). Pass it explicitly for a
   conversation that spans workers;
-* call id: the model's tool call id (`call.tool_call_id`), so a call checked
-  twice (two capabilities, two brake objects on one Redis) is counted once;
+* call id: the model's tool call id (`call.tool_call_id`), qualified by the
+  run id and run step, so a call checked twice (two capabilities, two brake
+  objects on one Redis) is counted once, while a model whose ids repeat every
+  turn (some providers number calls per turn: `call_0`, `search:0`) is still
+  counted each turn, where the bare id would make every repeat a replay.
+  Capabilities that share one brake object do not even check twice: the
+  first marks the call and the next with the same brake lets it through,
+  which also holds when a turn's parallel calls interleave;
 * tool and arguments: `call.tool_name` and the validated arguments (when
   those hold a value JSON cannot express, such as a `datetime`, the model's
   own JSON arguments, `call.args_as_dict()`, are hashed instead).
@@ -30,13 +36,16 @@ On denial the tool does not run, and:
 * `on_deny="raise"`: `LoopBrakeError` propagates out of `run`/`run_sync`.
 
 Every brake kind works (the hook is async): `AsyncDistributedBrake` is
-awaited, `DistributedBrake` runs in a worker thread, `LoopBrake` inline. The
+awaited, `DistributedBrake` runs in a worker thread, `LoopBrake` inline. For
+sync code (`run_sync`) prefer `DistributedBrake`: an `AsyncDistributedBrake`
+is tied to the first event loop it runs on, and `run_sync` runs its own. The
 capability keeps no state of its own, so one instance may serve many agents
 and concurrent runs.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, Literal, get_args
 
 try:
@@ -58,6 +67,14 @@ __all__ = ["LoopBrakeCapability", "OnDeny"]
 
 OnDeny = Literal["message", "raise"]
 _ON_DENY: tuple[str, ...] = get_args(OnDeny)
+
+# (brake, call) of the last call a capability checked in this context, compared
+# by identity: the ToolCallPart object names the call (its id string may repeat
+# across turns with some providers), and holding both keeps their addresses
+# from being reused by later objects.
+_checked: ContextVar[tuple[Brake, ToolCallPart] | None] = ContextVar(
+    "distbrake_pydantic_ai_checked", default=None
+)
 
 
 class LoopBrakeCapability(AbstractCapability[Any]):
@@ -94,17 +111,22 @@ class LoopBrakeCapability(AbstractCapability[Any]):
         args: dict[str, Any],
     ) -> dict[str, Any]:
         """Check the call; raise `ToolFailed` (or `LoopBrakeError`) when it is denied."""
+        last = _checked.get()
+        if last is not None and last[0] is self.brake and last[1] is call:
+            return args  # a capability with this brake already checked this call
         try:
             await self._check(ctx, call, args)
         except LoopBrakeError as error:
             if self.on_deny == "raise":
                 raise
             raise ToolFailed(str(error)) from error
+        _checked.set((self.brake, call))
         return args
 
     async def _check(self, ctx: RunContext[Any], call: ToolCallPart, args: dict[str, Any]) -> None:
         session_id = ctx.conversation_id or None
-        call_id = call.tool_call_id or None
+        # Ids some providers number per turn repeat: the run step tells the turns apart.
+        call_id = f"{ctx.run_id}/{ctx.run_step}/{call.tool_call_id}" if call.tool_call_id else None
         try:
             await acheck(
                 self.brake, call.tool_name, args, session_id=session_id, call_id=call_id
