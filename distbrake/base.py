@@ -27,7 +27,7 @@ logger = logging.getLogger("distbrake")
 class Verdict(NamedTuple):
     """The answer to an allowed check (a denied one raises `LoopBrakeError`)."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count on purpose
     max_repeats: int
     hash_prefix: str
     session_id: str

@@ -118,8 +118,8 @@ class LoopBrake(GuardMixin, BrakeBase):
     ) -> Verdict:
         """Count this call; raise `LoopBrakeError` if it is the Nth identical in a row."""
         call = self.prepare(tool, args, session_id, call_id, context)
-        if call.__class__ is Verdict:
-            return call  # type: ignore[return-value]
+        if isinstance(call, Verdict):
+            return call
         count, replayed = self.record(call)
         return self.judge(call, count, replayed, "memory")
 

@@ -12,16 +12,16 @@ Each tool call the model makes is checked before the tool runs:
 * session: the LangGraph thread id (`config={"configurable": {"thread_id": ...}}`,
   read from `request.runtime.execution_info`); without one, the session bound
   with `distbrake.bind_session`, else `"default"`;
-* call id: the model's tool call id (`tool_call["id"]`), qualified by the
-  LangGraph task that runs it (`execution_info.task_id`, derived from the
-  checkpoint, so a task resumed on another worker keeps it). A call that
-  passes two braked layers (two middlewares, two brake objects on one Redis)
-  is counted once, and a model whose ids repeat every turn (some providers
-  number calls per turn: `call_0`, `search:0`) is still counted each turn,
-  where the bare id would make every repeat look like a replay. Layers that share one brake
-  object do not even check twice: the outer layer marks the call it is running
-  and an inner layer with the same brake lets it through, which also holds
-  when a turn's parallel calls interleave;
+* call id: the model's tool call id (`tool_call["id"]`) prefixed with the
+  LangGraph task running it (`execution_info.task_id`). Every layer of one
+  call sees the same id, so a call that passes two braked layers is counted
+  once. The prefix matters for providers that number calls per turn
+  (`call_0`, `search:0` on every turn): with the bare id each repeat would be
+  a replay and never be denied. Layers sharing one brake object check a call
+  only once (the outer layer marks it for the inner ones), so that holds even
+  when a turn's parallel calls interleave; two different brake objects on one
+  Redis rely on the backend's replay rule, which remembers only the last call
+  id of a session;
 * tool and arguments: `tool_call["name"]` and `tool_call["args"]`.
 
 On denial the tool does not run, and:

@@ -15,14 +15,15 @@ AI does not run tool hooks for them):
   `conversation_id=` given to `run`/`run_sync`, else the one on
   `message_history`, else a fresh one per run). Pass it explicitly for a
   conversation that spans workers;
-* call id: the model's tool call id (`call.tool_call_id`), qualified by the
-  run id and run step, so a call checked twice (two capabilities, two brake
-  objects on one Redis) is counted once, while a model whose ids repeat every
-  turn (some providers number calls per turn: `call_0`, `search:0`) is still
-  counted each turn, where the bare id would make every repeat a replay.
-  Capabilities that share one brake object do not even check twice: the
-  first marks the call and the next with the same brake lets it through,
-  which also holds when a turn's parallel calls interleave;
+* call id: the model's tool call id (`call.tool_call_id`) prefixed with the
+  run id and run step. Every capability sees the same id for one call, so a
+  call checked twice is counted once. The prefix matters for providers that
+  number calls per turn (`call_0`, `search:0` on every turn): with the bare id
+  each repeat would be a replay and never be denied. Capabilities sharing one
+  brake object check a call only once, so that holds even when a turn's
+  parallel calls interleave; two different brake objects on one Redis rely on
+  the backend's replay rule, which remembers only the last call id of a
+  session;
 * tool and arguments: `call.tool_name` and the validated arguments (when
   those hold a value JSON cannot express, such as a `datetime`, the model's
   own JSON arguments, `call.args_as_dict()`, are hashed instead).
