@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -19,8 +19,8 @@ from .errors import ScriptReplyError
 
 __all__ = [
     "FIELDS",
-    "SESSION_CHARS",
-    "TOOL_CHARS",
+    "SESSION_BYTES",
+    "TOOL_BYTES",
     "decode_reply",
     "decode_state",
     "encode_call",
@@ -30,9 +30,10 @@ __all__ = [
 ]
 
 SCRIPT_FILE = "brake.lua"
-SESSION_CHARS = 128  # longest session id kept for inspection (the key is always a hash)
-TOOL_CHARS = 64  # longest tool name kept for inspection
-FIELDS = (b"s", b"t", b"h", b"n", b"u")  # session, tool, id, count, updated (see lua/brake.lua)
+SESSION_BYTES = 128  # longest session id kept for inspection (the key is always a hash)
+TOOL_BYTES = 64  # longest tool name kept for inspection
+KEY_CHARS = 18  # base64url characters of sha256(session id) in the key: 108 bits
+FIELDS = (b"s", b"h", b"u")  # see lua/brake.lua
 
 
 @lru_cache(maxsize=1)
@@ -51,38 +52,45 @@ def _utf8(text: str) -> bytes:
 
 @lru_cache(maxsize=4096)
 def session_key(session_id: str, key_prefix: str = "distbrake") -> str:
-    """The Redis key of a session's slot: `<prefix>:<22 chars of base64url(sha256(id))>`.
+    """The Redis key of a session's slot: `<prefix>:<18 chars of base64url(sha256(id))>`.
 
     Bounded in length and distinct for any session id (empty, huge, with
     braces, globs, newlines, any Unicode); it holds no hash tag, so sessions
     spread over every Cluster slot.
     """
     digest = hashlib.sha256(_utf8(session_id)).digest()
-    return f"{key_prefix}:{base64.urlsafe_b64encode(digest[:16]).decode('ascii')[:22]}"
+    return f"{key_prefix}:{base64.urlsafe_b64encode(digest[:15]).decode('ascii')[:KEY_CHARS]}"
 
 
 def key_pattern(key_prefix: str) -> str:
     """The SCAN pattern that matches every slot under `key_prefix` and nothing else."""
-    return f"{key_prefix}:" + "?" * 22
+    return f"{key_prefix}:" + "?" * KEY_CHARS
 
 
 def _call_id_bytes(call_id: str | None) -> bytes:
     # Without a host call id, each check gets a random one, so that a retry
     # of this very check after a lost reply is still counted once.
     if call_id is None:
-        return os.urandom(8)
-    return hashlib.blake2b(_utf8(call_id), digest_size=8).digest()
+        return os.urandom(5)
+    return hashlib.blake2b(_utf8(call_id), digest_size=5).digest()
 
 
-def encode_call(call: PreparedCall, key_prefix: str, ttl_ms: int) -> tuple[str, tuple[bytes | str | int, ...]]:
+def _cut(text: str, limit: int) -> bytes:
+    """At most `limit` bytes of UTF-8, never splitting a character."""
+    data = _utf8(text)
+    if len(data) <= limit:
+        return data
+    return _utf8(data[:limit].decode("utf-8", "ignore"))
+
+
+def encode_call(call: PreparedCall, key_prefix: str, ttl_ms: int) -> tuple[str, tuple[bytes | int, ...]]:
     """KEYS[1] and ARGV for one check (see the header of lua/brake.lua)."""
-    slot_id = bytes.fromhex(call.digest[:32]) + _call_id_bytes(call.call_id)
+    tool = _cut(call.tool_name, TOOL_BYTES)
     return session_key(call.session_id, key_prefix), (
-        slot_id,
+        bytes.fromhex(call.digest[:32]) + _call_id_bytes(call.call_id),
         call.max_repeats,
         ttl_ms,
-        call.tool_name[:TOOL_CHARS],
-        call.session_id[:SESSION_CHARS],
+        bytes((len(tool),)) + tool + _cut(call.session_id, SESSION_BYTES),
     )
 
 
@@ -99,21 +107,19 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def decode_state(
-    fields: Sequence[object] | Mapping[bytes, object], pttl_ms: object
-) -> SessionState | None:
-    """A slot's HMGET reply (s, t, h, n, u) and PTTL as a `SessionState`; None if gone."""
-    values = [fields.get(f) for f in FIELDS] if isinstance(fields, Mapping) else list(fields)
-    session, tool, slot_id, count, updated = values
-    if slot_id is None or count is None:
+def decode_state(fields: Sequence[object], pttl_ms: object) -> SessionState | None:
+    """A slot's HMGET reply (s, h, u) and PTTL as a `SessionState`; None if there is none."""
+    packed, slot, updated = fields
+    if not isinstance(slot, bytes) or len(slot) < 27:
         return None
-    raw_id = slot_id if isinstance(slot_id, bytes) else _text(slot_id).encode("latin-1", "replace")
+    about = packed if isinstance(packed, bytes) else b"\x00"
+    tool_end = 1 + about[0]
     ttl = pttl_ms / 1000 if isinstance(pttl_ms, int) and pttl_ms >= 0 else None
     return SessionState(
-        session_id=_text(session),
-        tool_name=_text(tool),
-        hash_prefix=raw_id[:6].hex(),
-        count=int(_text(count)),
+        session_id=_text(about[tool_end:]),
+        tool_name=_text(about[1:tool_end]),
+        hash_prefix=slot[:6].hex(),
+        count=int(slot[26:]),
         ttl_seconds=ttl,
         updated_at=float(_text(updated) or 0),
     )

@@ -4,8 +4,9 @@ The rule, per check of a session's one slot (last call hash, count):
 
 * same hash as the slot: count + 1; a different hash or an empty slot: the
   slot takes the new hash and count = 1;
-* a call id equal to the slot's, with the same hash, is a replay: counted
-  once, it gets the count (and so the verdict) it got the first time;
+* a call with the slot's hash whose call id is the last or the previous one
+  of this streak is a replay (a retry, or one host call passing two seams):
+  counted once, it gets the count (and so the verdict) it got the first time;
 * the call is denied when count >= max_repeats; denied calls keep counting.
 
 `lua/brake.lua` applies the same rule inside Redis.
@@ -32,21 +33,25 @@ __all__ = ["LoopBrake", "advance"]
 class _Slot:
     digest: str
     count: int
-    call_id: str | None
+    call_id: str | None  # of the last counted call
+    previous_id: str | None  # of the call before it, in this streak
     tool_name: str
     expires_at: float  # on the brake's clock (monotonic); last update = expires_at - ttl
 
 
 def advance(
-    last_digest: str | None, last_count: int, last_call_id: str | None,
+    last_digest: str | None, last_count: int, last_id: str | None, previous_id: str | None,
     digest: str, call_id: str | None,
 ) -> tuple[int, bool]:
-    """The streak rule: the new count, and whether this was a replay of the last call id."""
-    if last_digest == digest:
-        if call_id is not None and call_id == last_call_id:
+    """The streak rule: the new count, and whether the call is a replay (not counted)."""
+    if last_digest != digest:
+        return 1, False
+    if call_id is not None:
+        if call_id == last_id:
             return last_count, True
-        return last_count + 1, False
-    return 1, False
+        if last_count > 1 and call_id == previous_id:
+            return last_count - 1, True
+    return last_count + 1, False
 
 
 class LoopBrake(GuardMixin, BrakeBase):
@@ -88,14 +93,18 @@ class LoopBrake(GuardMixin, BrakeBase):
             if slot is None:
                 count, replayed = 1, False
                 slots[session] = _Slot(
-                    call.digest, 1, call.call_id, call.tool_name, now + self._ttl
+                    call.digest, 1, call.call_id, None, call.tool_name, now + self._ttl
                 )
             else:
                 count, replayed = advance(
-                    slot.digest, slot.count, slot.call_id, call.digest, call.call_id
+                    slot.digest, slot.count, slot.call_id, slot.previous_id,
+                    call.digest, call.call_id,
                 )
-                slot.digest, slot.count, slot.tool_name = call.digest, count, call.tool_name
-                slot.call_id, slot.expires_at = call.call_id, now + self._ttl
+                if not replayed:
+                    slot.previous_id = slot.call_id if count > 1 else None
+                    slot.digest, slot.count, slot.call_id = call.digest, count, call.call_id
+                    slot.tool_name = call.tool_name
+                slot.expires_at = now + self._ttl
                 slots.move_to_end(session)
         return count, replayed
 

@@ -1,41 +1,51 @@
 --[[ distbrake: one check of one session's streak, atomically.
 
-KEYS[1]  the session's slot, a hash: <key_prefix>:<22 chars of base64url(sha256(session id))>
-ARGV[1]  id: 16 bytes of the call hash followed by 8 bytes of the call id's hash (24 bytes)
-ARGV[2]  max_repeats, an integer >= 1 (the limit for this tool)
+KEYS[1]  the session's slot, a hash: <key_prefix>:<18 chars of base64url(sha256(session id))>
+ARGV[1]  the call: 16 bytes of its call hash, then 5 bytes of its call id's hash (21 bytes)
+ARGV[2]  max_repeats for this tool, an integer >= 1
 ARGV[3]  ttl in milliseconds
-ARGV[4]  tool name (cut to 64 characters by the client)
-ARGV[5]  session id (cut to 128 characters by the client)
+ARGV[4]  for inspection only: one byte holding the tool name's length, the tool name
+         (at most 64 bytes), then the session id (at most 128 bytes)
 
-The slot's fields (short names: every byte of every session counts):
-  h  the id of the last call (ARGV[1] form)        n  the streak count
-  t  tool name of the last call                    s  session id
-  u  time of the last check, seconds, Redis clock (TIME)
+The slot's fields (short: every byte of every session counts):
+  h  16 bytes call hash | 5 bytes last call id | 5 bytes previous call id | count (decimal)
+  s  ARGV[4] of the check that started the streak
+  u  time of the last counted check, in seconds, from Redis's own clock (TIME)
 
-Rule: same call hash as h -> n + 1, unless the call id is also the same (a
-replay: counted once, same count, same verdict); otherwise n = 1. The call
-is denied when n >= max_repeats. The key's TTL is refreshed on every check.
+The rule: a call with the slot's call hash counts n + 1, unless its call id is
+the last or the previous one of this streak: then it is a replay (a retry, or
+the same host call passing a second seam), counted once, with the count it got
+the first time. Any other call starts a new streak at 1. The call is denied
+when its count >= max_repeats; denied calls keep counting. The key's TTL is
+refreshed on every check.
 
-Returns one integer: n * 4 + 2 * denied + replayed.
+Returns one integer: count * 4 + 2 * denied + replayed.
 ]]
 local key = KEYS[1]
-local id = ARGV[1]
-local last = redis.call('HMGET', key, 'h', 'n')
-local now = redis.call('TIME')[1]
-local count
+local call = ARGV[1]
+local slot = redis.call('HGET', key, 'h')
+local count = 1
 local replayed = 0
-if last[1] and string.sub(last[1], 1, 16) == string.sub(id, 1, 16) then
-  if last[1] == id then
-    count = tonumber(last[2])
-    replayed = 1
-    redis.call('HSET', key, 'u', now)
+local last_id = '\0\0\0\0\0'
+if slot and string.sub(slot, 1, 16) == string.sub(call, 1, 16) then
+  local n = tonumber(string.sub(slot, 27))
+  local id = string.sub(call, 17, 21)
+  last_id = string.sub(slot, 17, 21)
+  if id == last_id then
+    count, replayed = n, 1
+  elseif n > 1 and id == string.sub(slot, 22, 26) then
+    count, replayed = n - 1, 1
   else
-    count = tonumber(last[2]) + 1
-    redis.call('HSET', key, 'h', id, 'n', count, 'u', now)
+    count = n + 1
   end
-else
-  count = 1
-  redis.call('HSET', key, 'h', id, 'n', 1, 't', ARGV[4], 's', ARGV[5], 'u', now)
+end
+if replayed == 0 then
+  local now = redis.call('TIME')[1]
+  if count == 1 then
+    redis.call('HSET', key, 'h', call .. last_id .. '1', 's', ARGV[4], 'u', now)
+  else
+    redis.call('HSET', key, 'h', call .. last_id .. count, 'u', now)
+  end
 end
 redis.call('PEXPIRE', key, ARGV[3])
 local denied = 0

@@ -104,6 +104,19 @@ async def test_call_id_counts_once_and_gets_the_same_verdict(make: Callable[...,
     assert (again.count, again.replayed, verdict.replayed) == (1, True, False)
 
 
+async def test_previous_call_id_of_the_streak_is_a_replay_too(make: Callable[..., Checker]) -> None:
+    # Two identical calls of one model turn, each checked twice (before and
+    # after an approval step, or at two seams of a host): counted once each.
+    brake = make()
+    assert await brake.count("t", 1, session_id="s", call_id="a") == 1
+    assert await brake.count("t", 1, session_id="s", call_id="b") == 2
+    assert await brake.count("t", 1, session_id="s", call_id="a") == 1
+    assert await brake.count("t", 1, session_id="s", call_id="b") == 2
+    assert await brake.count("t", 1, session_id="s", call_id="c") == -3
+    assert await brake.count("t", 1, session_id="s", call_id="b") == 2  # still the one before
+    assert await brake.count("t", 1, session_id="s", call_id="a") == -4  # older: counted again
+
+
 async def test_call_id_reused_for_another_call_is_a_new_call(make: Callable[..., Checker]) -> None:
     brake = make()
     assert await brake.count("t", 1, session_id="s", call_id="c1") == 1
@@ -150,18 +163,20 @@ async def test_inspect_clear_and_sessions(make: Callable[..., Checker]) -> None:
 
 
 class Reference:
-    """The whole rule in ten lines: what every brake must agree with."""
+    """The whole rule in a few lines: what every brake must agree with."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.slots = limit, {}  # type: dict[str, tuple[str, int, str | None]]
+        self.limit = limit
+        self.slots: dict[str, tuple[str, int, str | None, str | None]] = {}
 
     def check(self, session: str, call: str, call_id: str | None) -> int:
-        last, count, last_id = self.slots.get(session, ("", 0, None))
+        last, count, last_id, previous_id = self.slots.get(session, ("", 0, None, None))
         if last == call and call_id is not None and call_id == last_id:
-            new = count
-        else:
-            new = count + 1 if last == call else 1
-        self.slots[session] = (call, new, call_id)
+            return -count if count >= self.limit else count  # replay of the last call
+        if last == call and call_id is not None and count > 1 and call_id == previous_id:
+            return -(count - 1) if count - 1 >= self.limit else count - 1  # replay of the one before
+        new = count + 1 if last == call else 1
+        self.slots[session] = (call, new, call_id, last_id if new > 1 else None)
         return -new if new >= self.limit else new
 
 
