@@ -33,7 +33,7 @@ SCRIPT_FILE = "brake.lua"
 SESSION_BYTES = 128  # longest session id kept for inspection (the key is always a hash)
 TOOL_BYTES = 64  # longest tool name kept for inspection
 KEY_CHARS = 18  # base64url characters of sha256(session id) in the key: 108 bits
-FIELDS = (b"s", b"h", b"u")  # see lua/brake.lua
+FIELDS = (b"s", b"h")  # see lua/brake.lua
 
 
 @lru_cache(maxsize=1)
@@ -108,9 +108,9 @@ def _text(value: object) -> str:
 
 
 def decode_state(fields: Sequence[object], pttl_ms: object) -> SessionState | None:
-    """A slot's HMGET reply (s, h, u) and PTTL as a `SessionState`; None if there is none."""
-    packed, slot, updated = fields
-    if not isinstance(slot, bytes) or len(slot) < 27:
+    """A slot's HMGET reply (s, h) and PTTL as a `SessionState`; None if there is none."""
+    packed, slot = fields
+    if not isinstance(slot, bytes) or len(slot) < 31 or not slot[30:].isdigit():
         return None
     about = packed if isinstance(packed, bytes) else b"\x00"
     tool_end = 1 + about[0]
@@ -119,7 +119,7 @@ def decode_state(fields: Sequence[object], pttl_ms: object) -> SessionState | No
         session_id=_text(about[tool_end:]),
         tool_name=_text(about[1:tool_end]),
         hash_prefix=slot[:6].hex(),
-        count=int(slot[26:]),
+        count=int(slot[30:]),
         ttl_seconds=ttl,
-        updated_at=float(_text(updated) or 0),
+        updated_at=float(int.from_bytes(slot[26:30], "big")),
     )

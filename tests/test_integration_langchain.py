@@ -1,0 +1,643 @@
+"""LangChain 1.x / LangGraph integration: full agent loops with the real framework.
+
+The model is LangChain's own fake chat model, scripted to call
+`search {"q": "weather"}` again and again; no network, no keys. Brakes: the
+in-process LoopBrake, DistributedBrake on the embedded backend and on a real
+redis-server, and AsyncDistributedBrake (async runs only).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from pydantic import Field
+
+from distbrake import (
+    AsyncDistributedBrake,
+    ConfigurationError,
+    DistributedBrake,
+    LoopBrake,
+    LoopBrakeError,
+    call_hash,
+    hash_prefix,
+)
+from distbrake.integrations.langchain import LoopBrakeMiddleware, tool_call_wrappers
+from tests.conftest import memory_url
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNC_KINDS = ["loop", "memory", "redis"]
+ALL_KINDS = [*SYNC_KINDS, "memory-async"]
+PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
+FINAL = "final answer: it is sunny"
+INPUT: Any = {"messages": [{"role": "user", "content": "weather?"}]}
+
+
+def config(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+# -- the scripted model, the tool, the brakes ------------------------------------------
+
+
+class ScriptedModel(FakeMessagesListChatModel):
+    """LangChain's fake list model, usable by `create_agent`, recording every prompt."""
+
+    prompts: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self  # create_agent always binds the tools; the script ignores them
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: list[str] | None = None,
+        run_manager: Any = None, **kwargs: Any,
+    ) -> ChatResult:
+        self.prompts.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+    def refusals(self) -> list[ToolMessage]:
+        """The error ToolMessages in the last prompt the model received."""
+        return [m for m in self.prompts[-1] if isinstance(m, ToolMessage) and m.status == "error"]
+
+
+def calls(*ids: str, q: str = "weather") -> AIMessage:
+    """One model turn calling `search` once per id (several ids: a parallel turn)."""
+    return AIMessage(
+        content="",
+        tool_calls=[{"name": "search", "args": {"q": q}, "id": i, "type": "tool_call"} for i in ids],
+    )
+
+
+def model(*turns: AIMessage) -> ScriptedModel:
+    return ScriptedModel(responses=[*turns, AIMessage(content=FINAL)])
+
+
+def repeating(n: int = 3, prefix: str = "call") -> ScriptedModel:
+    """A model that calls `search {"q": "weather"}` n times in a row, then answers."""
+    return model(*(calls(f"{prefix}_{i}") for i in range(1, n + 1)))
+
+
+class Search:
+    """The tool, counting how many times its body really ran."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+        @tool
+        def search(q: str) -> str:
+            """Search the web for q."""
+            self.runs.append(q)
+            return f"results for {q}"
+
+        self.tool: BaseTool = search
+
+
+@pytest.fixture
+def search() -> Search:
+    return Search()
+
+
+@pytest.fixture
+def brakes(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """make(kind, url=None): a brake of that kind; distributed ones closed afterwards."""
+    made: list[DistributedBrake] = []
+
+    def make(kind: str, url: str | None = None) -> Any:
+        if kind == "loop":
+            return LoopBrake()
+        if kind == "memory-async":
+            return AsyncDistributedBrake.from_url(url or memory_url())
+        if kind == "redis":
+            url = url or str(request.getfixturevalue("redis_url"))
+        brake = DistributedBrake.from_url(url or memory_url())
+        made.append(brake)
+        return brake
+
+    yield make
+    for brake in made:
+        brake.close()
+
+
+def assert_refused(scripted: ScriptedModel, call_id: str = "call_3") -> ToolMessage:
+    """The model's last prompt held exactly one refusal, for `call_id`, with the brake's text."""
+    refusals = scripted.refusals()
+    assert len(refusals) == 1, refusals
+    refusal = refusals[0]
+    assert refusal.tool_call_id == call_id
+    assert refusal.name == "search"
+    assert isinstance(refusal.content, str)
+    assert "loop brake" in refusal.content
+    assert PREFIX in refusal.content
+    return refusal
+
+
+# -- create_agent: the whole loop -------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_agent_invoke_denies_third_call_and_finishes(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = repeating()
+    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+
+    result = agent.invoke(INPUT, config("t-sync"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert result["messages"][-1].content == FINAL
+    assert len(scripted.prompts) == 4  # 3 tool turns, then the final answer
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_agent_ainvoke_denies_third_call_and_finishes(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = repeating()
+    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+
+    result = await agent.ainvoke(INPUT, config("t-async"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert result["messages"][-1].content == FINAL
+
+
+
+def test_agent_stream_denies_third_call(brakes: Callable[..., Any], search: Search) -> None:
+    scripted = repeating()
+    agent = create_agent(
+        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("memory"))]
+    )
+
+    chunks = list(agent.stream(INPUT, config("t-stream"), stream_mode="updates"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert chunks
+
+
+async def test_agent_astream_denies_third_call(brakes: Callable[..., Any], search: Search) -> None:
+    scripted = repeating()
+    agent = create_agent(
+        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("memory-async"))]
+    )
+
+    chunks = [chunk async for chunk in agent.astream(INPUT, config("t-astream"))]
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert chunks
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_agent_invoke_on_deny_raise_aborts_the_run(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = repeating()
+    middleware = LoopBrakeMiddleware(brakes(kind), on_deny="raise")
+    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+
+    with pytest.raises(LoopBrakeError) as caught:
+        agent.invoke(INPUT, config("t-raise"))
+
+    assert search.runs == ["weather", "weather"]
+    error = caught.value
+    assert (error.tool_name, error.count, error.max_repeats) == ("search", 3, 3)
+    assert error.hash_prefix == PREFIX
+    assert error.session_id == "t-raise"
+    assert len(scripted.prompts) == 3  # the model never got a 4th turn
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_agent_ainvoke_on_deny_raise_aborts_the_run(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = repeating()
+    middleware = LoopBrakeMiddleware(brakes(kind), on_deny="raise")
+    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+
+    with pytest.raises(LoopBrakeError) as caught:
+        await agent.ainvoke(INPUT, config("t-araise"))
+
+    assert search.runs == ["weather", "weather"]
+    assert caught.value.session_id == "t-araise"
+    assert caught.value.hash_prefix == PREFIX
+
+
+def test_a_different_call_breaks_the_streak(brakes: Callable[..., Any], search: Search) -> None:
+    scripted = model(
+        calls("c1"), calls("c2"), calls("c3", q="news"), calls("c4"), calls("c5"), calls("c6"),
+    )
+    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("loop"))])
+
+    result = agent.invoke(INPUT, config("t-streak"))
+
+    assert search.runs == ["weather", "weather", "news", "weather", "weather"]
+    assert_refused(scripted, "c6")
+    assert result["messages"][-1].content == FINAL
+
+
+def test_without_a_thread_id_the_session_is_default(
+    brakes: Callable[..., Any], search: Search
+) -> None:
+    middleware = LoopBrakeMiddleware(brakes("loop"), on_deny="raise")
+    agent = create_agent(repeating(), [search.tool], middleware=[middleware])
+
+    with pytest.raises(LoopBrakeError) as caught:
+        agent.invoke(INPUT)
+
+    assert caught.value.session_id == "default"
+
+
+def test_sync_run_with_an_async_brake_is_a_clear_type_error(search: Search) -> None:
+    brake = AsyncDistributedBrake.from_url(memory_url())
+    agent = create_agent(repeating(), [search.tool], middleware=[LoopBrakeMiddleware(brake)])
+
+    with pytest.raises(TypeError, match="AsyncDistributedBrake"):
+        agent.invoke(INPUT, config("t-type"))
+
+    assert search.runs == []  # refused before the first tool body
+
+
+def test_on_deny_is_validated() -> None:
+    with pytest.raises(ValueError, match="on_deny"):
+        LoopBrakeMiddleware(LoopBrake(), on_deny="ignore")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        tool_call_wrappers(LoopBrake(), on_deny="warn")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="check"):
+        LoopBrakeMiddleware(object())  # type: ignore[arg-type]
+
+
+def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "distbrake.integrations.langchain")
+    monkeypatch.setitem(sys.modules, "langchain.agents.middleware", None)
+
+    with pytest.raises(ImportError, match=r'pip install "distbrake\[langchain\]"'):
+        importlib.import_module("distbrake.integrations.langchain")
+
+
+# -- two workers sharing one real Redis ---------------------------------------------------
+
+
+def test_two_workers_share_a_thread_streak_through_redis(
+    redis_url: str, brakes: Callable[..., Any]
+) -> None:
+    search_a, search_b = Search(), Search()
+    model_a, model_b = repeating(2, "a"), repeating(1, "b")
+    worker_a = create_agent(
+        model_a, [search_a.tool], middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))]
+    )
+    worker_b = create_agent(
+        model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))]
+    )
+
+    worker_a.invoke(INPUT, config("shared"))
+    result = worker_b.invoke(INPUT, config("shared"))
+
+    assert search_a.runs == ["weather", "weather"]
+    assert search_b.runs == []  # worker B's identical call is the 3rd in the thread's streak
+    assert_refused(model_b, "b_1")
+    assert result["messages"][-1].content == FINAL
+
+
+async def test_two_async_workers_share_a_thread_streak_through_redis(
+    redis_url: str, brakes: Callable[..., Any]
+) -> None:
+    search_a, search_b = Search(), Search()
+    model_b = repeating(1, "b")
+    worker_a = create_agent(
+        repeating(2, "a"), [search_a.tool],
+        middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))],
+    )
+    brake_b = AsyncDistributedBrake.from_url(redis_url)
+    worker_b = create_agent(model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brake_b)])
+    try:
+        await worker_a.ainvoke(INPUT, config("shared-async"))
+        await worker_b.ainvoke(INPUT, config("shared-async"))
+    finally:
+        await brake_b.aclose()
+
+    assert (len(search_a.runs), len(search_b.runs)) == (2, 0)
+    assert_refused(model_b, "b_1")
+
+
+# Worker B in its own process: nothing but Redis is shared with this one.
+WORKER = """
+import json, sys
+from langchain.agents import create_agent
+from distbrake import DistributedBrake
+from distbrake.integrations.langchain import LoopBrakeMiddleware
+from tests.test_integration_langchain import INPUT, Search, config, repeating
+
+url, thread = sys.argv[1:]
+search, scripted = Search(), repeating(1, "b")
+with DistributedBrake.from_url(url) as brake:
+    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brake)])
+    result = agent.invoke(INPUT, config(thread))
+print(json.dumps({
+    "runs": len(search.runs),
+    "refusals": [str(m.content) for m in scripted.refusals()],
+    "final": result["messages"][-1].content,
+}))
+"""
+
+
+def test_a_worker_process_continues_the_thread_streak(
+    redis_url: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    worker_a = create_agent(
+        repeating(2, "a"), [search.tool],
+        middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))],
+    )
+    worker_a.invoke(INPUT, config("shared-process"))
+
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, redis_url, "shared-process"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
+    )
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(search.runs) == 2
+    assert report["runs"] == 0
+    [refusal] = report["refusals"]
+    assert "loop brake" in refusal
+    assert PREFIX in refusal
+    assert report["final"] == FINAL
+
+
+def test_different_threads_do_not_share_a_streak(
+    redis_url: str, brakes: Callable[..., Any]
+) -> None:
+    search_a, search_b = Search(), Search()
+    worker_a = create_agent(
+        repeating(2, "a"), [search_a.tool],
+        middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))],
+    )
+    model_b = repeating(2, "b")
+    worker_b = create_agent(
+        model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))]
+    )
+
+    worker_a.invoke(INPUT, config("thread-a"))
+    worker_b.invoke(INPUT, config("thread-b"))
+
+    assert (len(search_a.runs), len(search_b.runs)) == (2, 2)
+    assert model_b.refusals() == []
+
+
+# -- one turn, several identical calls at once --------------------------------------------
+
+
+def parallel_turn() -> ScriptedModel:
+    return model(calls("p1", "p2", "p3"))
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_parallel_identical_calls_invoke(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = parallel_turn()
+    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+
+    result = agent.invoke(INPUT, config("t-parallel"))
+
+    assert len(search.runs) == 2
+    refusals = scripted.refusals()
+    assert len(refusals) == 1
+    assert refusals[0].tool_call_id in {"p1", "p2", "p3"}
+    assert "loop brake" in str(refusals[0].content)
+    assert result["messages"][-1].content == FINAL
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_parallel_identical_calls_ainvoke(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = parallel_turn()
+    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+
+    result = await agent.ainvoke(INPUT, config("t-aparallel"))
+
+    assert len(search.runs) == 2
+    assert len(scripted.refusals()) == 1
+    assert result["messages"][-1].content == FINAL
+
+
+# -- plain LangGraph: ToolNode(wrap_tool_call=..., awrap_tool_call=...) ---------------------
+
+
+def graph(scripted: ScriptedModel, node: ToolNode) -> Any:
+    """The classic agent graph: model -> tools_condition -> ToolNode -> model."""
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [scripted.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile()
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_tool_node_wrappers_invoke(kind: str, brakes: Callable[..., Any], search: Search) -> None:
+    scripted = repeating()
+    wrap, awrap = tool_call_wrappers(brakes(kind))
+    app = graph(scripted, ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
+
+    result = app.invoke(INPUT, config("tn-sync"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert result["messages"][-1].content == FINAL
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_tool_node_wrappers_ainvoke(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = repeating()
+    wrap, awrap = tool_call_wrappers(brakes(kind))
+    app = graph(scripted, ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
+
+    result = await app.ainvoke(INPUT, config("tn-async"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert result["messages"][-1].content == FINAL
+
+
+def test_tool_node_on_deny_raise_propagates(brakes: Callable[..., Any], search: Search) -> None:
+    wrap, awrap = tool_call_wrappers(brakes("memory"), on_deny="raise")
+    app = graph(repeating(), ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
+
+    with pytest.raises(LoopBrakeError):
+        app.invoke(INPUT, config("tn-raise"))
+
+    assert len(search.runs) == 2
+
+
+# -- a call passing two braked layers is counted once (the tool call id) -------------------
+
+Wrap = Callable[[ToolCallRequest, Callable[[ToolCallRequest], Any]], Any]
+AWrap = Callable[[ToolCallRequest, Callable[[ToolCallRequest], Awaitable[Any]]], Awaitable[Any]]
+
+
+def stacked(outer: Wrap, inner: Wrap) -> Wrap:
+    def wrap(request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]) -> Any:
+        return outer(request, lambda r: inner(r, execute))
+
+    return wrap
+
+
+def astacked(outer: AWrap, inner: AWrap) -> AWrap:
+    async def awrap(
+        request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
+        return await outer(request, lambda r: inner(r, execute))
+
+    return awrap
+
+
+@pytest.mark.parametrize("layers", ["one-brake", "two-brakes-one-redis"])
+def test_two_wrappers_count_a_call_once(
+    layers: str, brakes: Callable[..., Any], redis_url: str, search: Search
+) -> None:
+    first = brakes("redis", redis_url) if layers != "one-brake" else brakes("loop")
+    second = brakes("redis", redis_url) if layers != "one-brake" else first
+    (outer, _), (inner, _) = tool_call_wrappers(first), tool_call_wrappers(second)
+    scripted = repeating()
+    app = graph(scripted, ToolNode([search.tool], wrap_tool_call=stacked(outer, inner)))
+
+    app.invoke(INPUT, config("tn-twice"))
+
+    assert search.runs == ["weather", "weather"]  # not halved: each call counted once
+    assert_refused(scripted)
+    state = first.inspect("tn-twice")
+    assert state is not None
+    assert state.count == 3
+
+
+async def test_two_async_wrappers_count_a_call_once(
+    redis_url: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    (_, outer), (_, inner) = (
+        tool_call_wrappers(brakes("redis", redis_url)),
+        tool_call_wrappers(brakes("redis", redis_url)),
+    )
+    scripted = repeating()
+    app = graph(scripted, ToolNode([search.tool], awrap_tool_call=astacked(outer, inner)))
+
+    await app.ainvoke(INPUT, config("tn-atwice"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+
+
+def test_two_middlewares_in_one_agent_count_a_call_once(
+    brakes: Callable[..., Any], search: Search
+) -> None:
+    url = memory_url()
+    scripted = repeating()
+    agent = create_agent(
+        scripted, [search.tool],
+        middleware=[
+            LoopBrakeMiddleware(brakes("memory", url), name="fleet-brake"),
+            LoopBrakeMiddleware(brakes("memory", url), name="team-brake"),
+        ],
+    )
+
+    agent.invoke(INPUT, config("t-two"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_two_layers_of_one_brake_count_parallel_calls_once_invoke(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    brake, scripted = brakes(kind), parallel_turn()
+    agent = create_agent(
+        scripted, [search.tool],
+        middleware=[LoopBrakeMiddleware(brake, name="outer"), LoopBrakeMiddleware(brake)],
+    )
+
+    agent.invoke(INPUT, config("t-layers"))
+
+    assert len(search.runs) == 2
+    assert len(scripted.refusals()) == 1
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_two_layers_of_one_brake_count_parallel_calls_once_ainvoke(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    """Interleaved parallel calls: only the outer layer checks, so none is counted twice."""
+    brake, scripted = brakes(kind), parallel_turn()
+    agent = create_agent(
+        scripted, [search.tool],
+        middleware=[LoopBrakeMiddleware(brake, name="outer"), LoopBrakeMiddleware(brake)],
+    )
+
+    await agent.ainvoke(INPUT, config("t-alayers"))
+
+    assert len(search.runs) == 2
+    assert len(scripted.refusals()) == 1
+
+
+async def test_tool_node_stacked_wrappers_of_one_brake_parallel(
+    brakes: Callable[..., Any], search: Search
+) -> None:
+    brake, scripted = brakes("memory"), parallel_turn()
+    (_, outer), (_, inner) = tool_call_wrappers(brake), tool_call_wrappers(brake)
+    app = graph(scripted, ToolNode([search.tool], awrap_tool_call=astacked(outer, inner)))
+
+    await app.ainvoke(INPUT, config("tn-alayers"))
+
+    assert len(search.runs) == 2
+    assert len(scripted.refusals()) == 1
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_tool_call_ids_repeated_every_turn_still_count(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    """Some providers number calls per turn (`search:0` each time): each turn still counts."""
+    scripted = model(calls("search:0"), calls("search:0"), calls("search:0"))
+    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+
+    agent.invoke(INPUT, config("t-reused"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted, "search:0")
+
+
+async def test_tool_call_ids_repeated_every_turn_still_count_in_a_tool_node(
+    brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = model(calls("call_0"), calls("call_0"), calls("call_0"))
+    wrap, awrap = tool_call_wrappers(brakes("memory-async"))
+    app = graph(scripted, ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
+
+    await app.ainvoke(INPUT, config("tn-reused"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted, "call_0")

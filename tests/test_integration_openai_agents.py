@@ -1,0 +1,422 @@
+"""OpenAI Agents SDK: `loop_brake_guardrail` / `attach_loop_brake`, on every brake kind.
+
+Offline: `agents.testing.ScriptedModel` plays the model, tracing is disabled,
+no API key is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    FunctionTool,
+    RunConfig,
+    Runner,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
+    ToolInputGuardrailTripwireTriggered,
+    WebSearchTool,
+    function_tool,
+    tool_input_guardrail,
+)
+from agents.run_config import ToolExecutionConfig
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from distbrake import (
+    AsyncDistributedBrake,
+    DistributedBrake,
+    LoopBrake,
+    bind_session,
+    call_hash,
+    hash_prefix,
+)
+from distbrake.integrations.openai_agents import (
+    GUARDRAIL_NAME,
+    attach_loop_brake,
+    loop_brake_guardrail,
+    tool_arguments,
+)
+
+ARGS = {"q": "weather"}
+PREFIX = hash_prefix(call_hash("search", ARGS))
+KINDS = ["loop", "sync-memory", "async-memory", "sync-redis", "async-redis"]
+
+Brake = LoopBrake | DistributedBrake | AsyncDistributedBrake
+
+
+@pytest.fixture(autouse=True)
+def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Belt and braces: every run also passes RunConfig(tracing_disabled=True).
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+def config(group_id: str | None = "conv-1", **options: Any) -> RunConfig:
+    return RunConfig(group_id=group_id, tracing_disabled=True, **options)
+
+
+# -- brakes -------------------------------------------------------------------------
+
+
+@pytest.fixture(params=KINDS)
+async def make_brake(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Brake]]:
+    """Brakes of one kind; every brake a test makes shares one backend."""
+    kind: str = request.param
+    url = (
+        str(request.getfixturevalue("redis_url"))
+        if kind.endswith("redis")
+        else f"memory://agents-{uuid.uuid4().hex}"
+    )
+    made: list[Brake] = []
+
+    def make(**options: Any) -> Brake:
+        brake: Brake
+        if kind == "loop":
+            brake = LoopBrake(**options)
+        elif kind.startswith("sync"):
+            brake = DistributedBrake.from_url(url, **options)
+        else:
+            brake = AsyncDistributedBrake.from_url(url, **options)
+        made.append(brake)
+        return brake
+
+    yield make
+    for brake in made:
+        if isinstance(brake, DistributedBrake):
+            brake.close()
+        elif isinstance(brake, AsyncDistributedBrake):
+            await brake.aclose()
+
+
+async def inspect_count(brake: Brake, session_id: str) -> int | None:
+    state: Any = brake.inspect(session_id)
+    if inspect.isawaitable(state):
+        state = await state
+    return None if state is None else int(state.count)
+
+
+# -- an agent with one counted tool -------------------------------------------------
+
+
+class Search:
+    """Builds `search` function tools that count how often their body ran."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def tool(self, *guardrails: Any, needs_approval: bool = False) -> FunctionTool:
+        def search(q: str) -> str:
+            """Search the web."""
+            self.runs += 1
+            return f"results for {q}"
+
+        return function_tool(
+            search, tool_input_guardrails=list(guardrails) or None, needs_approval=needs_approval
+        )
+
+
+def calls(*call_ids: str, arguments: Any = ARGS) -> list[Any]:
+    return [function_call("search", arguments, call_id=call_id) for call_id in call_ids]
+
+
+def one_call_per_turn(n: int = 3) -> ScriptedModel:
+    turns: list[Any] = [calls(f"call_{i}") for i in range(1, n + 1)]
+    return ScriptedModel([*turns, [assistant_message("final answer")]])
+
+
+def outputs(model: ScriptedModel) -> dict[str, str]:
+    """call_id -> function_call_output the model saw on its last call."""
+    last = model.last_call
+    assert last is not None
+    found: dict[str, str] = {}
+    for item in last.input:
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            found[item["call_id"]] = str(item["output"])
+    return found
+
+
+def assert_refusal(text: str, count: int = 3) -> None:
+    assert "loop brake" in text
+    assert PREFIX in text
+    assert f"called {count} times in a row" in text
+
+
+# -- the full loop ------------------------------------------------------------------
+
+
+async def test_third_identical_call_is_rejected_and_the_run_goes_on(
+    make_brake: Callable[..., Brake],
+) -> None:
+    brake = make_brake()
+    search = Search()
+    model = ScriptedModel([
+        calls("call_1"),
+        calls("call_2", arguments='{ "q" : "weather" }'),  # other spelling, same call
+        calls("call_3"),
+        [assistant_message("final answer")],
+    ])
+    agent = Agent(name="researcher", model=model, tools=[search.tool(loop_brake_guardrail(brake))])
+    result = await Runner.run(agent, "weather?", run_config=config())
+    assert result.final_output == "final answer"
+    assert search.runs == 2
+    seen = outputs(model)
+    assert seen["call_1"] == seen["call_2"] == "results for weather"
+    assert_refusal(seen["call_3"])
+    behaviors = [r.output.behavior["type"] for r in result.tool_input_guardrail_results]
+    assert behaviors == ["allow", "allow", "reject_content"]
+    assert [r.guardrail.get_name() for r in result.tool_input_guardrail_results] == [
+        GUARDRAIL_NAME
+    ] * 3
+    info = result.tool_input_guardrail_results[2].output.output_info
+    assert info["hash_prefix"] == PREFIX
+    assert info["session_id"] == "conv-1"
+    assert model.remaining_steps == 0
+    assert await inspect_count(brake, "conv-1") == 3
+
+
+async def test_on_deny_raise_aborts_the_run(make_brake: Callable[..., Brake]) -> None:
+    brake = make_brake()
+    search = Search()
+    model = one_call_per_turn()
+    agent = Agent(name="researcher", model=model, tools=[search.tool()])
+    attach_loop_brake(agent, brake, on_deny="raise")
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        await Runner.run(agent, "weather?", run_config=config())
+    assert raised.value.guardrail.get_name() == GUARDRAIL_NAME
+    info = raised.value.output.output_info
+    assert info["code"] == "LOOP_BRAKE"
+    assert (info["tool_name"], info["count"], info["max_repeats"]) == ("search", 3, 3)
+    assert info["hash_prefix"] == PREFIX
+    assert_refusal(info["message"])
+    assert search.runs == 2
+    assert model.remaining_steps == 1  # the final answer was never asked for
+
+
+async def test_three_identical_calls_in_one_turn(make_brake: Callable[..., Brake]) -> None:
+    """The SDK runs a turn's calls concurrently; each check is atomic, so one is refused."""
+    brake = make_brake()
+    search = Search()
+    model = ScriptedModel([calls("call_1", "call_2", "call_3"), [assistant_message("done")]])
+    agent = Agent(name="researcher", model=model, tools=[search.tool(loop_brake_guardrail(brake))])
+    result = await Runner.run(agent, "weather?", run_config=config())
+    assert result.final_output == "done"
+    assert search.runs == 2
+    seen = outputs(model)
+    refused = [text for text in seen.values() if "loop brake" in text]
+    assert len(seen) == 3
+    assert len(refused) == 1
+    assert_refusal(refused[0])
+
+
+async def test_sync_runner() -> None:
+    # Runner.run_sync needs no running loop: run it in a worker thread.
+    brake = LoopBrake()
+    search = Search()
+    model = one_call_per_turn()
+    agent = Agent(name="researcher", model=model, tools=[search.tool(loop_brake_guardrail(brake))])
+
+    def run_sync() -> Any:
+        # run_sync keeps the thread's default loop open for reuse: give it one we close.
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            return Runner.run_sync(agent, "weather?", run_config=config())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    result = await asyncio.to_thread(run_sync)
+    assert result.final_output == "final answer"
+    assert search.runs == 2
+
+
+# -- sessions -----------------------------------------------------------------------
+
+
+@dataclass
+class AppContext:
+    session_id: str | None = None
+    user: str = "alice"
+
+
+async def run_once(brake: Brake, **run: Any) -> None:
+    model = ScriptedModel([calls("call_1"), [assistant_message("ok")]])
+    agent = Agent(name="a", model=model, tools=[Search().tool(loop_brake_guardrail(brake))])
+    await Runner.run(agent, "hi", **run)
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        ({"context": AppContext("ctx-attr"), "run_config": config()}, "ctx-attr"),
+        ({"context": {"session_id": "ctx-key"}, "run_config": config()}, "ctx-key"),
+        ({"context": AppContext(), "run_config": config("conv-9")}, "conv-9"),
+        ({"context": {"session_id": 42}, "run_config": config()}, "42"),
+        ({"run_config": config(None)}, "default"),
+    ],
+    ids=["context-attribute", "context-key", "group-id", "int-id", "default"],
+)
+async def test_default_session(run: dict[str, Any], expected: str) -> None:
+    brake = LoopBrake()
+    await run_once(brake, **run)
+    assert [s.session_id for s in brake.sessions()] == [expected]
+
+
+async def test_bound_session_is_the_last_fallback() -> None:
+    brake = LoopBrake()
+    with bind_session("bound"):
+        await run_once(brake, run_config=config(None))
+        await run_once(brake, run_config=config("conv-2"))
+    assert sorted(s.session_id for s in brake.sessions()) == ["bound", "conv-2"]
+
+
+async def test_session_from_overrides_and_none_falls_back() -> None:
+    brake = LoopBrake()
+    seen: list[str] = []
+
+    def by_user(data: ToolInputGuardrailData) -> str | None:
+        seen.append(data.context.tool_call_id)
+        context = data.context.context
+        return f"user:{context.user}" if isinstance(context, AppContext) else None
+
+    for context in (AppContext("ignored"), None):
+        model = ScriptedModel([calls("call_1"), [assistant_message("ok")]])
+        tool = Search().tool(loop_brake_guardrail(brake, session_from=by_user))
+        agent = Agent(name="a", model=model, tools=[tool])
+        await Runner.run(agent, "hi", context=context, run_config=config("conv-3"))
+    assert seen == ["call_1", "call_1"]
+    assert sorted(s.session_id for s in brake.sessions()) == ["conv-3", "user:alice"]
+
+
+# -- two workers, one Redis ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_two_agents_share_a_streak_through_redis(redis_url: str, flavour: str) -> None:
+    cls = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
+    brake_a, brake_b = cls.from_url(redis_url), cls.from_url(redis_url)
+    search_a, search_b = Search(), Search()
+    model_a = ScriptedModel([calls("a_1"), calls("a_2"), [assistant_message("a done")]])
+    model_b = ScriptedModel([calls("b_1"), [assistant_message("b done")]])
+    model_c = ScriptedModel([calls("c_1"), [assistant_message("c done")]])
+    agent_a = Agent(name="worker-a", model=model_a, tools=[search_a.tool()])
+    agent_b = Agent(name="worker-b", model=model_b, tools=[search_b.tool()])
+    agent_c = Agent(name="worker-b", model=model_c, tools=[search_b.tool()])
+    attach_loop_brake(agent_a, brake_a)
+    attach_loop_brake(agent_b, brake_b)
+    attach_loop_brake(agent_c, brake_b)
+    try:
+        await Runner.run(agent_a, "hi", run_config=config("conv-shared"))
+        await Runner.run(agent_b, "hi", run_config=config("conv-shared"))
+        await Runner.run(agent_c, "hi", run_config=config("conv-other"))  # not shared
+    finally:
+        for brake in (brake_a, brake_b):
+            if isinstance(brake, AsyncDistributedBrake):
+                await brake.aclose()
+            else:
+                brake.close()
+    assert search_a.runs == 2
+    assert_refusal(outputs(model_b)["b_1"])
+    assert outputs(model_c)["c_1"] == "results for weather"
+    assert search_b.runs == 1
+
+
+# -- approval: the guardrail runs twice for one call ----------------------------------
+
+
+async def test_pre_approval_guardrails_count_each_call_once(
+    make_brake: Callable[..., Brake],
+) -> None:
+    brake = make_brake()
+    search = Search()
+    model = one_call_per_turn()
+    checked: list[str] = []
+
+    @tool_input_guardrail
+    def audit(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        checked.append(data.context.tool_call_id)
+        return ToolGuardrailFunctionOutput.allow()
+
+    agent = Agent(
+        name="careful",
+        model=model,
+        tools=[search.tool(audit, loop_brake_guardrail(brake), needs_approval=True)],
+    )
+    run_config = config(tool_execution=ToolExecutionConfig(pre_approval_tool_input_guardrails=True))
+    result = await Runner.run(agent, "weather?", run_config=run_config)
+    approvals = 0
+    while result.interruptions:
+        state = result.to_state()
+        for item in result.interruptions:
+            state.approve(item)
+            approvals += 1
+        result = await Runner.run(agent, state, run_config=run_config)
+    # call_1 and call_2: checked before approval and again after it, counted once each;
+    # call_3 is refused before it is even put to the approver.
+    assert approvals == 2
+    assert checked == ["call_1", "call_1", "call_2", "call_2", "call_3"]
+    assert result.final_output == "final answer"
+    assert search.runs == 2
+    assert_refusal(outputs(model)["call_3"])
+    assert await inspect_count(brake, "conv-1") == 3
+
+
+# -- attach_loop_brake and the argument parsing ---------------------------------------
+
+
+async def test_attach_loop_brake_appends_once_per_brake() -> None:
+    @tool_input_guardrail
+    def audit(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.allow()
+
+    brake, other = LoopBrake(), LoopBrake()
+    search, plain = Search().tool(audit), Search().tool()
+    hosted = WebSearchTool()
+    agent = Agent(name="a", tools=[search, plain, hosted])
+    assert attach_loop_brake(agent, brake) is agent
+    attach_loop_brake(agent, brake)  # again: no second guardrail on the same brake
+    assert [g.get_name() for g in search.tool_input_guardrails or []] == ["audit", GUARDRAIL_NAME]
+    assert [g.get_name() for g in plain.tool_input_guardrails or []] == [GUARDRAIL_NAME]
+    attach_loop_brake(agent, other, name="second_brake")
+    assert [g.get_name() for g in plain.tool_input_guardrails or []] == [
+        GUARDRAIL_NAME,
+        "second_brake",
+    ]
+    assert not hasattr(hosted, "tool_input_guardrails")
+
+
+def test_on_deny_is_checked() -> None:
+    with pytest.raises(ValueError, match="on_deny"):
+        loop_brake_guardrail(LoopBrake(), on_deny="ignore")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "hashed"),
+    [
+        ('{"q":"weather"}', ARGS),
+        ('{ "q" : "weather" }', ARGS),
+        ("", {}),
+        ("  ", {}),
+        ("not json", "not json"),
+        ('{"q": NaN}', '{"q": NaN}'),  # not JSON either: hashed as it is
+        ("[1, 2]", [1, 2]),
+    ],
+)
+def test_tool_arguments(raw: str, hashed: Any) -> None:
+    assert tool_arguments(raw) == hashed
+
+
+def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "agents", None)  # as if the SDK were not installed
+    monkeypatch.delitem(sys.modules, "distbrake.integrations.openai_agents")
+    with pytest.raises(ImportError, match=r'pip install "distbrake\[openai-agents\]"'):
+        importlib.import_module("distbrake.integrations.openai_agents")

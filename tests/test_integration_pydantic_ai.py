@@ -1,0 +1,414 @@
+"""Pydantic AI integration: full agent runs with the real framework.
+
+The model is Pydantic AI's own `FunctionModel`, scripted to call
+`search {"q": "weather"}` again and again; no network, no keys. Brakes: the
+in-process LoopBrake, DistributedBrake on the embedded backend and on a real
+redis-server, and AsyncDistributedBrake (async runs only: its connections
+belong to one event loop, and `run_sync` runs its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from distbrake import (
+    AsyncDistributedBrake,
+    ConfigurationError,
+    DistributedBrake,
+    LoopBrake,
+    LoopBrakeError,
+    call_hash,
+    hash_prefix,
+)
+from distbrake.integrations.pydantic_ai import LoopBrakeCapability
+from tests.conftest import memory_url
+
+SYNC_KINDS = ["loop", "memory", "redis"]
+ALL_KINDS = [*SYNC_KINDS, "memory-async"]
+PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
+FINAL = "final answer: it is sunny"
+
+Turn = Sequence[ToolCallPart]
+
+
+def calls(*ids: str, q: str = "weather") -> Turn:
+    """One model turn calling `search` once per id (several ids: a parallel turn)."""
+    return [ToolCallPart("search", {"q": q}, tool_call_id=i) for i in ids]
+
+
+class Script:
+    """A FunctionModel that plays `turns`, then answers; it records what it was sent."""
+
+    def __init__(self, *turns: Turn) -> None:
+        self.turns = turns
+        self.prompts: list[list[ModelMessage]] = []
+        self.model = FunctionModel(self.respond)
+
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        made = len(self.prompts)  # turns this script already played (history may hold more)
+        self.prompts.append(list(messages))
+        if made < len(self.turns):
+            return ModelResponse(parts=list(self.turns[made]))
+        return ModelResponse(parts=[TextPart(FINAL)])
+
+    def returns(self) -> list[ToolReturnPart]:
+        """Every tool result the model has been sent so far (in its last prompt)."""
+        return [
+            part for message in self.prompts[-1] if isinstance(message, ModelRequest)
+            for part in message.parts if isinstance(part, ToolReturnPart)
+        ]
+
+    def refusals(self) -> list[ToolReturnPart]:
+        return [part for part in self.returns() if part.outcome == "failed"]
+
+
+def repeating(n: int = 3, prefix: str = "call") -> Script:
+    """The model calls `search {"q": "weather"}` n times in a row, then answers."""
+    return Script(*(calls(f"{prefix}_{i}") for i in range(1, n + 1)))
+
+
+class Worker:
+    """An agent with a `search` tool counting its real runs."""
+
+    def __init__(self, script: Script, *capabilities: LoopBrakeCapability) -> None:
+        self.script = script
+        self.runs: list[str] = []
+        self.agent: Agent[None, str] = Agent(script.model, capabilities=list(capabilities))
+
+        @self.agent.tool_plain
+        def search(q: str) -> str:
+            """Search the web for q."""
+            self.runs.append(q)
+            return f"results for {q}"
+
+
+@pytest.fixture(autouse=True)
+def run_sync_loop(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Sync tests: give `run_sync` an event loop this test owns, and close it afterwards.
+
+    `Agent.run_sync` runs on the thread's current event loop, creating and
+    setting one when there is none, and never closes it (it is kept for the
+    next call; pydantic_ai/_utils.py `get_event_loop`). Left to the garbage
+    collector, that loop and its self-pipe end as ResourceWarnings.
+    """
+    if inspect.iscoroutinefunction(request.function):
+        yield  # pytest-asyncio owns the loop of async tests
+        return
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+@pytest.fixture
+def brakes(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """make(kind, url=None): a brake of that kind; sync distributed ones closed afterwards."""
+    made: list[DistributedBrake] = []
+
+    def make(kind: str, url: str | None = None) -> Any:
+        if kind == "loop":
+            return LoopBrake()
+        if kind == "memory-async":
+            return AsyncDistributedBrake.from_url(url or memory_url())
+        if kind == "redis":
+            url = url or str(request.getfixturevalue("redis_url"))
+        brake = DistributedBrake.from_url(url or memory_url())
+        made.append(brake)
+        return brake
+
+    yield make
+    for brake in made:
+        brake.close()
+
+
+def assert_refused(script: Script, call_id: str = "call_3") -> ToolReturnPart:
+    """The model was sent exactly one failed result, for `call_id`, with the brake's text."""
+    refusals = script.refusals()
+    assert len(refusals) == 1, script.returns()
+    refusal = refusals[0]
+    assert refusal.tool_call_id == call_id
+    assert refusal.tool_name == "search"
+    text = refusal.model_response_str()  # what a provider without an error channel sends
+    assert "loop brake" in text
+    assert PREFIX in text
+    return refusal
+
+
+# -- the whole loop ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_run_sync_denies_third_call_and_finishes(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeCapability(brakes(kind)))
+
+    result = worker.agent.run_sync("weather?", conversation_id="conv-sync")
+
+    assert worker.runs == ["weather", "weather"]
+    assert_refused(worker.script)
+    assert result.output == FINAL
+    assert len(worker.script.prompts) == 4
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_run_denies_third_call_and_finishes(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeCapability(brakes(kind)))
+
+    result = await worker.agent.run("weather?", conversation_id="conv-async")
+
+    assert worker.runs == ["weather", "weather"]
+    assert_refused(worker.script)
+    assert result.output == FINAL
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_run_sync_on_deny_raise_aborts_the_run(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeCapability(brakes(kind), on_deny="raise"))
+
+    with pytest.raises(LoopBrakeError) as caught:
+        worker.agent.run_sync("weather?", conversation_id="conv-raise")
+
+    assert worker.runs == ["weather", "weather"]
+    error = caught.value
+    assert (error.tool_name, error.count, error.max_repeats) == ("search", 3, 3)
+    assert error.hash_prefix == PREFIX
+    assert error.session_id == "conv-raise"
+    assert len(worker.script.prompts) == 3
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_run_on_deny_raise_aborts_the_run(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeCapability(brakes(kind), on_deny="raise"))
+
+    with pytest.raises(LoopBrakeError) as caught:
+        await worker.agent.run("weather?", conversation_id="conv-araise")
+
+    assert worker.runs == ["weather", "weather"]
+    assert caught.value.session_id == "conv-araise"
+
+
+def test_repeated_denials_do_not_use_up_the_retry_budget(brakes: Any) -> None:
+    """ToolFailed, not ModelRetry: with the default 1 retry, 4 denials in a row still finish."""
+    worker = Worker(repeating(6), LoopBrakeCapability(brakes("loop")))
+
+    result = worker.agent.run_sync("weather?")
+
+    assert result.output == FINAL
+    assert worker.runs == ["weather", "weather"]
+    assert [p.tool_call_id for p in worker.script.refusals()] == [f"call_{i}" for i in (3, 4, 5, 6)]
+
+
+def test_a_different_call_breaks_the_streak(brakes: Any) -> None:
+    script = Script(calls("c1"), calls("c2"), calls("c3", q="news"), calls("c4"), calls("c5"),
+                    calls("c6"))
+    worker = Worker(script, LoopBrakeCapability(brakes("loop")))
+
+    assert worker.agent.run_sync("weather?").output == FINAL
+
+    assert worker.runs == ["weather", "weather", "news", "weather", "weather"]
+    assert_refused(script, "c6")
+
+
+def test_without_a_conversation_id_each_run_is_its_own_session(brakes: Any) -> None:
+    """Pydantic AI gives every run a fresh conversation id unless one is passed or inherited."""
+    capability = LoopBrakeCapability(brakes("loop"))
+    first, second = Worker(repeating(2), capability), Worker(repeating(2), capability)
+
+    first.agent.run_sync("weather?")
+    second.agent.run_sync("weather?")
+
+    assert (len(first.runs), len(second.runs)) == (2, 2)
+
+
+def test_message_history_continues_the_conversation_streak(brakes: Any) -> None:
+    capability = LoopBrakeCapability(brakes("loop"))
+    first, second = Worker(repeating(2, "a"), capability), Worker(repeating(1, "b"), capability)
+
+    earlier = first.agent.run_sync("weather?")
+    second.agent.run_sync("again?", message_history=earlier.all_messages())
+
+    assert (len(first.runs), len(second.runs)) == (2, 0)
+    assert_refused(second.script, "b_1")
+
+
+def test_arguments_json_cannot_express_are_hashed_as_the_model_sent_them(brakes: Any) -> None:
+    script = Script(*(
+        [ToolCallPart("remind", {"when": "2030-01-01T09:00:00"}, tool_call_id=f"r{i}")]
+        for i in (1, 2, 3)
+    ))
+    agent: Agent[None, str] = Agent(
+        script.model, capabilities=[LoopBrakeCapability(brakes("loop"))]
+    )
+    runs: list[datetime] = []
+
+    @agent.tool_plain
+    def remind(when: datetime) -> str:
+        """Set a reminder."""
+        runs.append(when)  # validated: a datetime, which canonical JSON refuses
+        return "ok"
+
+    assert agent.run_sync("remind me").output == FINAL
+
+    assert len(runs) == 2
+    [refusal] = script.refusals()
+    assert "loop brake" in refusal.model_response_str()
+
+
+def test_on_deny_is_validated() -> None:
+    with pytest.raises(ValueError, match="on_deny"):
+        LoopBrakeCapability(LoopBrake(), on_deny="retry")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        LoopBrakeCapability(LoopBrake(), on_deny="")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="check"):
+        LoopBrakeCapability(object())  # type: ignore[arg-type]
+
+
+def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "distbrake.integrations.pydantic_ai")
+    monkeypatch.setitem(sys.modules, "pydantic_ai.capabilities", None)
+
+    with pytest.raises(ImportError, match=r'pip install "distbrake\[pydantic-ai\]"'):
+        importlib.import_module("distbrake.integrations.pydantic_ai")
+
+
+# -- two workers sharing one real Redis ---------------------------------------------------
+
+
+def test_two_workers_share_a_conversation_streak_through_redis(
+    redis_url: str, brakes: Any
+) -> None:
+    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("redis", redis_url)))
+    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brakes("redis", redis_url)))
+
+    worker_a.agent.run_sync("weather?", conversation_id="shared")
+    result = worker_b.agent.run_sync("weather?", conversation_id="shared")
+
+    assert worker_a.runs == ["weather", "weather"]
+    assert worker_b.runs == []  # worker B's identical call is the 3rd in the conversation
+    assert_refused(worker_b.script, "b_1")
+    assert result.output == FINAL
+
+
+async def test_two_async_workers_share_a_conversation_streak_through_redis(
+    redis_url: str, brakes: Any
+) -> None:
+    brake_b = AsyncDistributedBrake.from_url(redis_url)
+    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("redis", redis_url)))
+    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brake_b))
+    try:
+        await worker_a.agent.run("weather?", conversation_id="shared-async")
+        await worker_b.agent.run("weather?", conversation_id="shared-async")
+    finally:
+        await brake_b.aclose()
+
+    assert (len(worker_a.runs), len(worker_b.runs)) == (2, 0)
+    assert_refused(worker_b.script, "b_1")
+
+
+def test_different_conversations_do_not_share_a_streak(redis_url: str, brakes: Any) -> None:
+    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("redis", redis_url)))
+    worker_b = Worker(repeating(2, "b"), LoopBrakeCapability(brakes("redis", redis_url)))
+
+    worker_a.agent.run_sync("weather?", conversation_id="conv-a")
+    worker_b.agent.run_sync("weather?", conversation_id="conv-b")
+
+    assert (len(worker_a.runs), len(worker_b.runs)) == (2, 2)
+    assert worker_b.script.refusals() == []
+
+
+# -- one turn, several identical calls at once (hooks run concurrently) ------------------
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_parallel_identical_calls_run_sync(kind: str, brakes: Any) -> None:
+    worker = Worker(Script(calls("p1", "p2", "p3")), LoopBrakeCapability(brakes(kind)))
+
+    result = worker.agent.run_sync("weather?", conversation_id="conv-parallel")
+
+    assert len(worker.runs) == 2
+    refusals = worker.script.refusals()
+    assert len(refusals) == 1
+    assert refusals[0].tool_call_id in {"p1", "p2", "p3"}
+    assert "loop brake" in refusals[0].model_response_str()
+    assert result.output == FINAL
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_parallel_identical_calls_run(kind: str, brakes: Any) -> None:
+    worker = Worker(Script(calls("p1", "p2", "p3")), LoopBrakeCapability(brakes(kind)))
+
+    result = await worker.agent.run("weather?", conversation_id="conv-aparallel")
+
+    assert len(worker.runs) == 2
+    assert len(worker.script.refusals()) == 1
+    assert result.output == FINAL
+
+
+# -- a call checked twice is counted once (the tool call id) ------------------------------
+
+
+@pytest.mark.parametrize("layers", ["one-brake", "two-brakes-one-redis"])
+async def test_two_capabilities_count_a_call_once(
+    layers: str, redis_url: str, brakes: Any
+) -> None:
+    first = brakes("redis", redis_url)
+    second = first if layers == "one-brake" else brakes("redis", redis_url)
+    worker = Worker(repeating(), LoopBrakeCapability(first), LoopBrakeCapability(second))
+
+    await worker.agent.run("weather?", conversation_id="conv-twice")
+
+    assert worker.runs == ["weather", "weather"]  # not halved: each call counted once
+    assert_refused(worker.script)
+    state = first.inspect("conv-twice")
+    assert state is not None
+    assert state.count == 3
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+async def test_two_capabilities_of_one_brake_count_parallel_calls_once(
+    kind: str, brakes: Any
+) -> None:
+    """Interleaved parallel calls: only the first capability checks, so none is counted twice."""
+    brake = brakes(kind)
+    worker = Worker(
+        Script(calls("p1", "p2", "p3")), LoopBrakeCapability(brake), LoopBrakeCapability(brake)
+    )
+
+    await worker.agent.run("weather?", conversation_id="conv-layers")
+
+    assert len(worker.runs) == 2
+    assert len(worker.script.refusals()) == 1
+
+
+
+@pytest.mark.parametrize("kind", SYNC_KINDS)
+def test_tool_call_ids_repeated_every_turn_still_count(kind: str, brakes: Any) -> None:
+    """Some providers number calls per turn (`search:0` each time): each turn still counts."""
+    script = Script(calls("search:0"), calls("search:0"), calls("search:0"))
+    worker = Worker(script, LoopBrakeCapability(brakes(kind)))
+
+    assert worker.agent.run_sync("weather?", conversation_id="conv-reused").output == FINAL
+
+    assert worker.runs == ["weather", "weather"]
+    [refusal] = script.refusals()
+    assert "loop brake" in refusal.model_response_str()
