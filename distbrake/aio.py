@@ -105,6 +105,7 @@ class AsyncDistributedBrake(DistributedBase):
     def __init__(self, client: Any, **options: Any) -> None:
         super().__init__(client, **options)
         self._coalescer = _Coalescer(client, script_source())
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def from_url(
@@ -143,6 +144,9 @@ class AsyncDistributedBrake(DistributedBase):
         call = self.prepare(tool, args, session_id, call_id, context)
         if isinstance(call, Verdict):
             return call
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._bind(loop)
         if not self.failures.health.may_try():
             return self.without_redis(call, None)
         key, argv = self.encode(call)
@@ -152,6 +156,21 @@ class AsyncDistributedBrake(DistributedBase):
         except BACKEND_ERRORS as error:
             return self.without_redis(call, error)
         return self.verdict(call, reply)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            raise RuntimeError(
+                "this AsyncDistributedBrake is in use on another event loop; its Redis "
+                "connections belong to that loop. Build one brake per event loop, or use "
+                "DistributedBrake from code that starts a new loop per call (asyncio.run, run_sync)"
+            )
+        if self._loop is not None:
+            # The old loop is closed: its connections are dead; start afresh on this one.
+            reset = getattr(getattr(self.client, "connection_pool", None), "reset", None)
+            if callable(reset):
+                reset()
+            self._coalescer = _Coalescer(self.client, script_source())
+        self._loop = loop
 
     # -- operations -------------------------------------------------------------------
 

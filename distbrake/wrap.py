@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from .session import bind_session
 
-__all__ = ["GuardMixin", "acheck", "decorate_tool", "is_async_brake", "wrap_execute"]
+__all__ = ["Brake", "GuardMixin", "acheck", "decorate_tool", "is_async_brake", "wrap_execute"]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,21 +80,29 @@ def _mark(brake: Brake, tool: str, args: Any) -> tuple[int, str, int]:
     return (id(brake), tool, id(args))
 
 
+Split = Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, Any, Any]]
+
+
 def _make_wrapper(
     body: Callable[..., Any],
     brake: Brake,
-    tool: str,
     session_id: str | None,
-    split: Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, Any]],
+    split: Split,
+    enabled: Callable[[], bool] | None = None,
 ) -> Callable[..., Any]:
-    """The one wrapper builder: `split` turns a call's (args, kwargs) into (hashed args, context)."""
+    """The one wrapper builder.
+
+    `split` turns a call's (args, kwargs) into (tool name, hashed args,
+    context); `enabled`, when given, can switch the brake off (a disposed
+    hook) without unwrapping.
+    """
     if inspect.iscoroutinefunction(body):
 
         @functools.wraps(body)
         async def async_wrapper(*a: Any, **kw: Any) -> Any:
-            hashed, context = split(a, kw)
+            tool, hashed, context = split(a, kw)
             mark = _mark(brake, tool, hashed)
-            if _active.get() == mark:
+            if _active.get() == mark or (enabled is not None and not enabled()):
                 return await body(*a, **kw)
             await acheck(brake, tool, hashed, session_id=session_id, context=context)
             token = _active.set(mark)
@@ -107,15 +115,15 @@ def _make_wrapper(
     else:
         if is_async_brake(brake):
             raise TypeError(
-                f"tool {tool!r} is a sync function but the brake is async; use a sync "
-                "brake (DistributedBrake or LoopBrake) or make the tool async"
+                f"{getattr(body, '__name__', 'the tool')} is a sync function but the brake is "
+                "async; use a sync brake (DistributedBrake or LoopBrake) or make it async"
             )
 
         @functools.wraps(body)
         def sync_wrapper(*a: Any, **kw: Any) -> Any:
-            hashed, context = split(a, kw)
+            tool, hashed, context = split(a, kw)
             mark = _mark(brake, tool, hashed)
-            if _active.get() == mark:
+            if _active.get() == mark or (enabled is not None and not enabled()):
                 return body(*a, **kw)
             brake.check(tool, hashed, session_id=session_id, context=context)
             token = _active.set(mark)
@@ -129,34 +137,46 @@ def _make_wrapper(
     return wrapper
 
 
-def _execute_split(a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[Any, Any]:
-    args = a[0] if a else kw.get("args")
-    context = a[1] if len(a) > 1 else kw.get("context")
-    return args, context
+def _execute_split(tool: str) -> Split:
+    """For `execute(args, context=None)`: the tool is fixed, `args` is hashed as it is."""
+
+    def split(a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[str, Any, Any]:
+        args = a[0] if a else kw.get("args")
+        context = a[1] if len(a) > 1 else kw.get("context")
+        return tool, args, context
+
+    return split
 
 
 def wrap_execute(
-    execute: Callable[..., R], brake: Brake, *, tool: str, session_id: str | None = None
+    execute: Callable[..., R],
+    brake: Brake,
+    *,
+    tool: str,
+    session_id: str | None = None,
+    enabled: Callable[[], bool] | None = None,
 ) -> Callable[..., R]:
     """Brake a host-style `execute(args, context=None)`; the body never runs on denial."""
     if getattr(execute, "__distbrake_brake__", None) is brake:
         return execute  # already braked by this brake: wrapping twice must not halve the limit
-    return cast(Callable[..., R], _make_wrapper(execute, brake, tool, session_id, _execute_split))
+    wrapper = _make_wrapper(execute, brake, session_id, _execute_split(tool), enabled)
+    return cast(Callable[..., R], wrapper)
 
 
-def _function_split(function: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[Any, Any]]:
+def _function_split(function: Callable[..., Any], tool: str) -> Split:
+    """For plain functions: the bound arguments (defaults applied) are hashed as a dict."""
     signature = inspect.signature(function)
     hidden = {"self", "cls", "context"}
 
-    def split(a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[Any, Any]:
+    def split(a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[str, Any, Any]:
         try:
             bound = signature.bind(*a, **kw)
         except TypeError:
-            return dict(kw), kw.get("context")  # the body will raise its own TypeError
+            return tool, dict(kw), kw.get("context")  # the body will raise its own TypeError
         bound.apply_defaults()
         arguments = bound.arguments
         context = arguments.get("context")
-        return {k: v for k, v in arguments.items() if k not in hidden}, context
+        return tool, {k: v for k, v in arguments.items() if k not in hidden}, context
 
     return split
 
@@ -166,10 +186,12 @@ def guard_function(function: F, brake: Brake, tool: str | None = None, session_i
     if getattr(function, "__distbrake_brake__", None) is brake:
         return function
     name = tool if tool is not None else getattr(function, "__name__", "tool")
-    return cast(F, _make_wrapper(function, brake, name, session_id, _function_split(function)))
+    return cast(F, _make_wrapper(function, brake, session_id, _function_split(function, name)))
 
 
-def decorate_tool(definition: Any, brake: Brake) -> Any:
+def decorate_tool(
+    definition: Any, brake: Brake, *, enabled: Callable[[], bool] | None = None
+) -> Any:
     """A copy of `definition` (`name` + `execute`, mapping or object) with a braked execute."""
     if isinstance(definition, Mapping):
         name, execute = definition.get("name"), definition.get("execute")
@@ -177,7 +199,7 @@ def decorate_tool(definition: Any, brake: Brake) -> Any:
         name, execute = getattr(definition, "name", None), getattr(definition, "execute", None)
     if not isinstance(name, str) or not callable(execute):
         raise TypeError("a tool definition needs a str `name` and a callable `execute`")
-    braked = wrap_execute(execute, brake, tool=name)
+    braked = wrap_execute(execute, brake, tool=name, enabled=enabled)
     if isinstance(definition, Mapping):
         return {**definition, "execute": braked}
     if dataclasses.is_dataclass(definition) and not isinstance(definition, type):
