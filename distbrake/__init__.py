@@ -6,6 +6,7 @@ internal and may change.
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from .aio import AsyncDistributedBrake
@@ -26,6 +27,8 @@ from .settings import BrakeSettings, normalize_max_repeats, resolve_max_repeats
 from .slot import session_key
 from .streak import LoopBrake
 from .wrap import decorate_tool, wrap_execute
+
+logging.getLogger("distbrake").addHandler(logging.NullHandler())
 
 try:
     __version__ = version("distbrake")
