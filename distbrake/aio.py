@@ -15,58 +15,64 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import redis.asyncio.cluster
 import redis.exceptions
 
 from .base import SessionState, Verdict
 from .connect import async_client
 from .distributed import BACKEND_ERRORS, DistributedBase
 from .settings import BrakeSettings, FailurePolicy
-from .slot import script_source
+from .slot import resp_evalsha, script_sha, script_source
 
 __all__ = ["AsyncDistributedBrake"]
 
 SCAN_BATCH = 500
 MAX_BATCH = 1024
 
-_Pending = tuple[str, tuple[Any, ...], "asyncio.Future[Any]"]
+# (key, argv, the check's deadline on the loop clock, its future)
+_Pending = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any]"]
 
 
 class _Coalescer:
-    """Sends queued script calls as pipelines, one pipeline in flight at a time."""
+    """Sends queued checks as pipelines, one pipeline in flight at a time.
 
-    def __init__(self, client: Any, source: str) -> None:
+    Each check carries its deadline; a pipeline may take until the earliest
+    deadline of its batch, so no check waits longer than its own timeout
+    (one timer per pipeline, not one per check).
+    """
+
+    def __init__(self, client: Any) -> None:
         self._client = client
-        self._source = source
-        self._sha: str | None = None
+        # A plain redis.asyncio client (single node, or a Sentinel-managed master)
+        # gets its batches, packed once, written straight to one pooled
+        # connection; Cluster and the embedded backend use the client's pipeline.
+        self._direct = type(client) is redis.asyncio.Redis
+        self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._queue: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None
 
-    async def call(self, key: str, argv: tuple[Any, ...]) -> Any:
+    async def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((key, argv, future))
+        self._queue.append((key, argv, deadline, future))
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_all())
-        return await asyncio.shield(future)
-
-    async def _sha1(self) -> str:
-        if self._sha is None:
-            self._sha = await self._client.script_load(self._source)
-        return self._sha
+        return await future
 
     async def _send_all(self) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
         while self._queue:
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             try:
-                replies = await self._send(batch)
+                async with asyncio.timeout_at(min(item[2] for item in batch)):
+                    replies = await self._send(batch)
             except BaseException as error:
-                for _, _, future in batch:
+                for *_, future in batch:
                     if not future.done():
                         future.set_exception(error)
                 if isinstance(error, asyncio.CancelledError):
                     raise
                 continue
-            for (_, _, future), reply in zip(batch, replies, strict=True):
+            for (*_, future), reply in zip(batch, replies, strict=True):
                 if future.done():
                     continue
                 if isinstance(reply, BaseException):
@@ -75,28 +81,62 @@ class _Coalescer:
                     future.set_result(reply)
 
     async def _send(self, batch: list[_Pending]) -> list[Any]:
-        sha = await self._sha1()
-        replies = await self._pipeline(sha, batch)
+        replies = await self._pipeline(batch)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
-        if missing:
-            self._sha = None
-            sha = await self._sha1()
-            again = await self._pipeline(sha, [batch[i] for i in missing])
+        if missing:  # a flushed or new server: load the script, send those checks again
+            await self._client.script_load(script_source())
+            again = await self._pipeline([batch[i] for i in missing])
             for index, reply in zip(missing, again, strict=True):
                 replies[index] = reply
         return replies
 
-    async def _pipeline(self, sha: str, batch: list[_Pending]) -> list[Any]:
-        if len(batch) == 1:
-            key, argv, _ = batch[0]
-            try:
-                return [await self._client.evalsha(sha, 1, key, *argv)]
-            except redis.exceptions.NoScriptError as error:
-                return [error]
+    async def _pipeline(self, batch: list[_Pending]) -> list[Any]:
+        if self._direct:
+            return await self._on_connection(batch)
+        sha = script_sha()
+        if self._cluster:  # redis-py's cluster pipeline refuses EVALSHA: one call per check
+            return list(await asyncio.gather(
+                *(self._client.evalsha(sha, 1, key, *argv) for key, argv, *_ in batch),
+                return_exceptions=True,
+            ))
         pipe = self._client.pipeline(transaction=False)
-        for key, argv, _ in batch:
+        for key, argv, *_ in batch:
             pipe.evalsha(sha, 1, key, *argv)
         return list(await pipe.execute(raise_on_error=False))
+
+    async def _on_connection(self, batch: list[_Pending]) -> list[Any]:
+        """Write the batch in one send on one pooled connection; read every reply.
+
+        A connection error or timeout is retried once on a fresh connection,
+        as the client's `Retry(NoBackoff(), 1)` would: safe, because each check
+        carries a call id and a replayed check is not counted twice.
+        """
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()
+        packed = [resp_evalsha(key, argv) for key, argv, *_ in batch]
+        try:
+            for attempt in (1, 2):
+                try:
+                    await connection.send_packed_command(packed)
+                    replies: list[Any] = []
+                    for _ in batch:
+                        try:
+                            replies.append(await connection.read_response())
+                        except redis.exceptions.ResponseError as error:
+                            replies.append(error)
+                    return replies
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+                    await connection.disconnect()
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover  # noqa: TRY301
+        except BaseException:
+            # Cancelled (the batch's deadline) or failed half-way: never hand a
+            # connection with unread replies back to the pool.
+            await connection.disconnect(nowait=True)
+            raise
+        finally:
+            await pool.release(connection)
 
 
 class AsyncDistributedBrake(DistributedBase):
@@ -104,7 +144,7 @@ class AsyncDistributedBrake(DistributedBase):
 
     def __init__(self, client: Any, **options: Any) -> None:
         super().__init__(client, **options)
-        self._coalescer = _Coalescer(client, script_source())
+        self._coalescer = _Coalescer(client)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -151,8 +191,7 @@ class AsyncDistributedBrake(DistributedBase):
             return self.without_redis(call, None)
         key, argv = self.encode(call)
         try:
-            async with asyncio.timeout(self.settings.timeout_seconds):
-                reply = await self._coalescer.call(key, argv)
+            reply = await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
         except BACKEND_ERRORS as error:
             return self.without_redis(call, error)
         return self.verdict(call, reply)
@@ -169,7 +208,7 @@ class AsyncDistributedBrake(DistributedBase):
             reset = getattr(getattr(self.client, "connection_pool", None), "reset", None)
             if callable(reset):
                 reset()
-            self._coalescer = _Coalescer(self.client, script_source())
+            self._coalescer = _Coalescer(self.client)
         self._loop = loop
 
     # -- operations -------------------------------------------------------------------

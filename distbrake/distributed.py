@@ -90,7 +90,7 @@ class DistributedBase(GuardMixin, BrakeBase):
     def key_pattern(self) -> str:
         return key_pattern(self.settings.key_prefix)
 
-    def encode(self, call: PreparedCall) -> tuple[str, tuple[bytes | str | int, ...]]:
+    def encode(self, call: PreparedCall) -> tuple[str, tuple[bytes | int, ...]]:
         return encode_call(call, self.settings.key_prefix, self._ttl_ms)
 
     @staticmethod

@@ -1,7 +1,10 @@
 """`DistributedBrake`: the sync Redis brake. It only sends and receives.
 
-One check is one EVALSHA of `lua/brake.lua` (redis-py's `Script` reloads the
-script transparently after NOSCRIPT). Everything else is in `distributed.py`.
+One check is one EVALSHA of `lua/brake.lua`. On a single node (or a
+Sentinel-managed master) the EVALSHA, packed once by `slot.resp_evalsha`, is
+written straight to a pooled redis-py connection; on a Cluster redis-py's
+`Script` routes it. Either way a NOSCRIPT reply loads the script and sends the
+check again. Everything else is in `distributed.py`.
 """
 
 from __future__ import annotations
@@ -9,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import redis
+import redis.exceptions
+
 from .base import SessionState, Verdict
 from .connect import sync_client
 from .distributed import BACKEND_ERRORS, DistributedBase
 from .settings import BrakeSettings, FailurePolicy
-from .slot import script_source
+from .slot import resp_evalsha, resp_script_load, script_source
 
 __all__ = ["DistributedBrake"]
 
@@ -28,6 +34,7 @@ class DistributedBrake(DistributedBase):
     def __init__(self, client: Any, **options: Any) -> None:
         super().__init__(client, **options)
         self._script = client.register_script(script_source())
+        self._direct = type(client) is redis.Redis
 
     @classmethod
     def from_url(
@@ -70,10 +77,41 @@ class DistributedBrake(DistributedBase):
             return self.without_redis(call, None)
         key, argv = self.encode(call)
         try:
-            reply = self._script(keys=(key,), args=argv)
+            if self._direct:
+                reply = self._on_connection(resp_evalsha(key, argv))
+            else:
+                reply = self._script(keys=(key,), args=argv)
         except BACKEND_ERRORS as error:
             return self.without_redis(call, error)
         return self.verdict(call, reply)
+
+    def _on_connection(self, packed: bytes) -> Any:
+        """Send one packed EVALSHA on a pooled connection and read its reply.
+
+        A connection error or timeout is retried once on a fresh connection,
+        as the client's `Retry(NoBackoff(), 1)` would; NOSCRIPT loads the
+        script and sends again.
+        """
+        pool = self.client.connection_pool
+        connection = pool.get_connection()
+        try:
+            for attempt in (1, 2):
+                try:
+                    connection.send_packed_command([packed])
+                    try:
+                        return connection.read_response()
+                    except redis.exceptions.NoScriptError:
+                        connection.send_packed_command([resp_script_load()])
+                        connection.read_response()
+                        connection.send_packed_command([packed])
+                        return connection.read_response()
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+                    connection.disconnect()
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            pool.release(connection)
 
     # -- operations -------------------------------------------------------------------
 

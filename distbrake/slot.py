@@ -25,6 +25,9 @@ __all__ = [
     "decode_state",
     "encode_call",
     "key_pattern",
+    "resp_evalsha",
+    "resp_script_load",
+    "script_sha",
     "script_source",
     "session_key",
 ]
@@ -34,6 +37,39 @@ SESSION_BYTES = 128  # longest session id kept for inspection (the key is always
 TOOL_BYTES = 64  # longest tool name kept for inspection
 KEY_CHARS = 18  # base64url characters of sha256(session id) in the key: 108 bits
 FIELDS = (b"s", b"h")  # see lua/brake.lua
+
+
+@lru_cache(maxsize=1)
+def script_sha() -> str:
+    """SHA1 of the script: what EVALSHA names it by, the same on every server."""
+    return hashlib.sha1(script_source().encode("utf-8")).hexdigest()  # Redis names scripts by SHA1
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+@lru_cache(maxsize=1)
+def _evalsha_head() -> bytes:
+    return b"$7\r\nEVALSHA\r\n" + _bulk(script_sha().encode("ascii")) + b"$1\r\n1\r\n"
+
+
+def resp_evalsha(key: str, argv: tuple[bytes | int, ...]) -> bytes:
+    """One `EVALSHA <sha> 1 key argv...` in Redis's wire format, packed once.
+
+    The sync and async brakes write this straight to a pooled redis-py
+    connection on a single node (no per-argument encoding on the hot path).
+    """
+    parts = [b"*%d\r\n" % (4 + len(argv)), _evalsha_head(), _bulk(key.encode("ascii"))]
+    for arg in argv:
+        parts.append(_bulk(arg if isinstance(arg, bytes) else b"%d" % arg))
+    return b"".join(parts)
+
+
+def resp_script_load() -> bytes:
+    """`SCRIPT LOAD <source>` in wire format (after a NOSCRIPT reply)."""
+    source = script_source().encode("utf-8")
+    return b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n" + _bulk(source)
 
 
 @lru_cache(maxsize=1)
