@@ -21,7 +21,6 @@ import redis.exceptions
 from .base import SessionState, Verdict
 from .connect import async_client
 from .distributed import BACKEND_ERRORS, DistributedBase
-from .settings import BrakeSettings, FailurePolicy
 from .slot import resp_evalsha, script_sha, script_source
 
 __all__ = ["AsyncDistributedBrake"]
@@ -147,29 +146,10 @@ class AsyncDistributedBrake(DistributedBase):
         self._coalescer = _Coalescer(client)
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    @classmethod
-    def from_url(
-        cls,
-        url: str | None = None,
-        *,
-        max_repeats: int | float | str | None = None,
-        settings: BrakeSettings | None = None,
-        ttl_seconds: float | None = None,
-        key_prefix: str | None = None,
-        on_backend_error: FailurePolicy | None = None,
-        timeout_seconds: float | None = None,
-        tool_max_repeats: dict[str, int] | None = None,
-        exempt_tools: frozenset[str] | set[str] | None = None,
-    ) -> AsyncDistributedBrake:
-        """A brake on `url` (else `DISTBRAKE_URL`, else `memory://`); no I/O until the first check."""
-        resolved = cls.settings_for_url(
-            url, settings, max_repeats=max_repeats, ttl_seconds=ttl_seconds,
-            key_prefix=key_prefix, on_backend_error=on_backend_error,
-            timeout_seconds=timeout_seconds, tool_max_repeats=tool_max_repeats,
-            exempt_tools=exempt_tools,
-        )
-        client = async_client(resolved.url or "memory://", resolved.timeout_seconds)
-        return cls(client, settings=resolved)
+    @staticmethod
+    def connect(url: str, timeout: float) -> Any:
+        """The client `from_url` builds for this brake."""
+        return async_client(url, timeout)
 
     async def check(
         self,

@@ -8,7 +8,7 @@ in `redis_brake.py` and `aio.py` only send and receive.
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Self
 
 import redis.exceptions
 
@@ -67,6 +67,38 @@ class DistributedBase(GuardMixin, BrakeBase):
             f"key_prefix={self.settings.key_prefix!r}, "
             f"on_backend_error={self.settings.on_backend_error!r})"
         )
+
+    @staticmethod
+    def connect(url: str, timeout: float) -> Any:
+        """The client `from_url` builds: a sync or an asyncio redis-py client."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | None = None,
+        *,
+        max_repeats: int | float | str | None = None,
+        settings: BrakeSettings | None = None,
+        ttl_seconds: float | None = None,
+        key_prefix: str | None = None,
+        on_backend_error: FailurePolicy | None = None,
+        timeout_seconds: float | None = None,
+        tool_max_repeats: dict[str, int] | None = None,
+        exempt_tools: frozenset[str] | set[str] | None = None,
+    ) -> Self:
+        """A brake on `url` (else `DISTBRAKE_URL`, else `memory://`); see the README for schemes.
+
+        Arguments > `settings` (or the environment) > defaults. The URL is parsed
+        and every setting validated before any connection is made.
+        """
+        resolved = cls.settings_for_url(
+            url, settings, max_repeats=max_repeats, ttl_seconds=ttl_seconds,
+            key_prefix=key_prefix, on_backend_error=on_backend_error,
+            timeout_seconds=timeout_seconds, tool_max_repeats=tool_max_repeats,
+            exempt_tools=exempt_tools,
+        )
+        return cls(cls.connect(resolved.url or "memory://", resolved.timeout_seconds), settings=resolved)
 
     @staticmethod
     def settings_for_url(
