@@ -31,7 +31,7 @@ import random
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -159,26 +159,23 @@ def sync_check_latency(
         floor_key = f"{prefix}:floor"
         session = f"bench-{uuid.uuid4()}"
 
-        def ours(n: int, out: list[float]) -> None:
+        # One floor call, then one check, and again: both see the same noise.
+        def pairs(n: int, ours_out: list[float], floor_out: list[float]) -> None:
+            clock = time.perf_counter
             for i in range(n):
-                args = SMALL_ARGS[i & 1]
-                start = time.perf_counter()
-                brake.check("search", args, session_id=session)
-                out.append(time.perf_counter() - start)
-
-        def floor(n: int, out: list[float]) -> None:
-            for _ in range(n):
-                start = time.perf_counter()
+                start = clock()
                 floor_client.evalsha(sha, 1, floor_key)
-                out.append(time.perf_counter() - start)
+                middle = clock()
+                brake.check("search", SMALL_ARGS[i & 1], session_id=session)
+                end = clock()
+                floor_out.append(middle - start)
+                ours_out.append(end - middle)
 
-        ours(warmup, [])
-        floor(warmup, [])
+        pairs(warmup, [], [])
         ours_t: list[float] = []
         floor_t: list[float] = []
         for index in range(rounds):
-            floor(block, floor_t)
-            ours(block, ours_t)
+            pairs(block, ours_t, floor_t)
             step("sync_check_latency", index + 1, rounds)
         brake.clear(session)
     finally:
@@ -286,18 +283,20 @@ async def _fill(
         await brake.check("search", SMALL_ARGS[0], session_id="warm-up", call_id=_call_id())
         await brake.clear("warm-up")
         before = await asyncio.to_thread(measure)
-        chunk = 1000
         done = 0
-        try:
+
+        async def agent() -> None:  # 64 of these: a fleet's worth of concurrent checks
+            nonlocal done
             while done < sessions:
-                n = min(chunk, sessions - done)
-                await asyncio.gather(*(
-                    brake.check("search", SMALL_ARGS[0], session_id=str(uuid.uuid4()),
-                                call_id=_call_id())
-                    for _ in range(n)
-                ))
-                done += n
-                step("memory_per_session", done, sessions)
+                done += 1
+                await brake.check("search", SMALL_ARGS[0], session_id=str(uuid.uuid4()),
+                                  call_id=_call_id())
+                if done % 500 == 0:
+                    step("memory_per_session", done, sessions)
+
+        try:
+            await asyncio.gather(*(agent() for _ in range(CONCURRENCY)))
+            step("memory_per_session", sessions, sessions)
             after = await asyncio.to_thread(measure)
         finally:
             cleared = await brake.clear_all()
@@ -347,7 +346,7 @@ def _floor_hash(args: Any) -> str:
 
 
 def inprocess_check(
-    *, rounds: int = 15, block: int = 2000, step: Step = _no_step
+    *, rounds: int = 40, block: int = 500, step: Step = _no_step
 ) -> Figure:
     """`LoopBrake.check` (small arguments) vs sha256 of stdlib canonical-ish JSON, per call."""
     brake = LoopBrake(3)
@@ -466,9 +465,11 @@ def _failed(key: str, error: BaseException) -> Figure:
 
 def run_bench(
     url: str = "memory://", *, quick: bool = False, sessions: int | None = None,
-    timeout_seconds: float = 5.0, step: Step = _no_step,
+    timeout_seconds: float = 5.0, step: Step = _no_step, only: Collection[str] = (),
 ) -> BenchReport:
-    """Every figure, in the order of `STAGES`; `quick` is a small run (seconds, noisier).
+    """Every figure (or those named in `only`), in the order of `STAGES`.
+
+    `quick` is a small run (seconds, noisier figures).
 
     A figure whose measurement fails is reported as failed (with the error
     class and message in its note) and the others are still measured.
@@ -498,7 +499,12 @@ def run_bench(
         ),
     }
     figures = []
+    unknown = sorted(set(only) - set(STAGES))
+    if unknown:
+        raise ValueError(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
     for key in STAGES:
+        if only and key not in only:
+            continue
         try:
             figures.append(runs[key]())
         except Exception as error:  # reported as a failed figure

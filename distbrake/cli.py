@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import quote, unquote
 
 import click
@@ -56,8 +56,11 @@ from .errors import (
 from .identity import call_hash, hash_prefix
 from .redis_brake import DistributedBrake
 from .settings import BrakeSettings, value_sources
-from .slot import script_source
+from .slot import FIELDS, script_source
 from .urls import parse_url, redact_url
+
+if TYPE_CHECKING:
+    from .demo import DemoReport
 
 __all__ = ["EXIT_CODES", "cli", "main"]
 
@@ -77,6 +80,7 @@ EXIT_CODES = {
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
+
 
 
 # -- run-wide state: output mode and the secrets to keep out of every message ---------------
@@ -182,6 +186,8 @@ class CliError(Exception):
 def _backend_problem(error: BaseException) -> tuple[str, str, str]:
     """(kind, what happened, the fix) for a backend failure, password-free."""
     backend, timeout = _run.backend, _run.timeout
+    if isinstance(error, BrakeUnavailableError) and error.__cause__ is not None:
+        error = error.__cause__
     text = " ".join(str(error).split()) or type(error).__name__
     if isinstance(error, redis.exceptions.AuthenticationError):
         return (
@@ -189,11 +195,15 @@ def _backend_problem(error: BaseException) -> tuple[str, str, str]:
             f"backend {backend} refused the credentials ({text})",
             "fix the user name and password (the user:password@ part of --url or DISTBRAKE_URL)",
         )
-    if isinstance(error, redis.exceptions.NoPermissionError):
+    if isinstance(error, redis.exceptions.NoPermissionError) or (
+        isinstance(error, redis.exceptions.ResponseError)
+        and ("can't run this command" in text or "no permissions" in text.lower())
+    ):
         return (
             "permission",
-            f"backend {backend} denied a command to this user ({text})",
-            "grant the brake's user its commands and keys: run `distbrake doctor` to see which",
+            f"backend {backend} denied a command to this user, permission missing ({text})",
+            "grant the brake's user what it needs, e.g. "
+            f"ACL SETUSER <user> {needed_rules()} ~<key_prefix>:*",
         )
     if isinstance(error, redis.exceptions.ReadOnlyError):
         return (
@@ -444,7 +454,7 @@ def _ttl_text(ttl: float | None) -> str:
 # -- inspect -----------------------------------------------------------------------------------
 
 
-@cli.command("inspect")
+@cli.command("inspect", short_help="One session's streak (exit 1 when there is none).")
 @click.argument("session")
 @json_option
 @click.pass_obj
@@ -499,7 +509,7 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
 # -- list ---------------------------------------------------------------------------------------
 
 
-@cli.command("list")
+@cli.command("list", short_help='Sessions with streaks, longest first.')
 @click.option("--match", "match", metavar="GLOB", default=None,
               help="Only session ids matching this glob (fnmatch, case-sensitive).")
 @click.option("--min-count", metavar="N", default=1, show_default=True,
@@ -575,7 +585,7 @@ def list_command(
 # -- clear ---------------------------------------------------------------------------------------
 
 
-@cli.command("clear")
+@cli.command("clear", short_help='Forget streaks: SESSION... or --all --yes.')
 @click.argument("sessions", nargs=-1, metavar="[SESSION]...")
 @click.option("--all", "clear_all", is_flag=True, help="Clear every session under the key prefix.")
 @click.option("--yes", is_flag=True, help="Confirm --all.")
@@ -654,7 +664,7 @@ def parse_args_json(text: str) -> Any:
         raise CliError("ARGS_JSON is nested too deeply", EXIT_USAGE, "usage") from None
 
 
-@cli.command("hash")
+@cli.command("hash", short_help='The call hash of TOOL + ARGS_JSON, computed locally.')
 @click.argument("tool")
 @click.argument("args_json", metavar="ARGS_JSON")
 @json_option
@@ -672,7 +682,7 @@ def hash_command(tool: str, args_json: str, as_json: bool) -> None:
     click.echo(f"call_hash    {digest}\nhash_prefix  {hash_prefix(digest)}")
 
 
-@cli.command("check")
+@cli.command("check", short_help='Count one call as a worker would (exit 3 when denied).')
 @click.argument("tool")
 @click.argument("args_json", metavar="ARGS_JSON")
 @click.option("--session", "session", required=True, metavar="S", help="The session (agent) id.")
@@ -757,22 +767,52 @@ def _unknown_command(error: BaseException) -> bool:
     )
 
 
-# The commands the brake sends, and the ones its script runs (ACL checks those too).
+# Sample arguments for ACL DRYRUN of the commands the script may run ({key}: a slot key).
+_SAMPLE_ARGS: dict[str, tuple[str, ...]] = {
+    "HGET": ("{key}", "h"), "HSET": ("{key}", "h", "x"), "HMGET": ("{key}", "h"),
+    "HDEL": ("{key}", "h"), "HINCRBY": ("{key}", "n", "1"), "PEXPIRE": ("{key}", "1000"),
+    "EXPIRE": ("{key}", "10"), "SET": ("{key}", "x"), "TIME": (), "PING": (),
+}
+
+
+def script_commands() -> list[str]:
+    """The commands lua/brake.lua runs (ACL checks each of them inside the script)."""
+    found = re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", script_source())
+    return list(dict.fromkeys(name.upper() for name in found))
+
+
 def _needed_commands(key: str, pattern: str, sha: str, source: str) -> list[tuple[str, ...]]:
+    """Every command the brake and its operations send, with sample arguments."""
     argv = ("x" * 24, "3", "3600000", "tool", "session")
-    return [
+    commands: list[tuple[str, ...]] = [
         ("EVALSHA", sha, "1", key, *argv),
         ("EVAL", source, "1", key, *argv),
         ("SCRIPT", "LOAD", source),
-        ("HMGET", key, "s", "t", "h", "n", "u"),
-        ("HSET", key, "h", "x", "n", "1", "t", "tool", "s", "session", "u", "0"),
-        ("PEXPIRE", key, "3600000"),
-        ("TIME",),
+    ]
+    for name in script_commands():
+        sample = _SAMPLE_ARGS.get(name, ("{key}",))
+        commands.append((name, *(key if a == "{key}" else a for a in sample)))
+    commands += [
+        ("HMGET", key, *(f.decode() for f in FIELDS)),
         ("PTTL", key),
         ("SCAN", "0", "MATCH", pattern, "COUNT", "500"),
         ("DEL", key),
         ("PING",),
     ]
+    unique: dict[str, tuple[str, ...]] = {}
+    for command in commands:
+        unique.setdefault(_command_name(command), command)
+    return list(unique.values())
+
+
+def _command_name(command: tuple[str, ...]) -> str:
+    return " ".join(command[:2]) if command[0] == "SCRIPT" else command[0]
+
+
+def needed_rules() -> str:
+    """ACL rules granting every command the brake needs (keys not included)."""
+    names = [_command_name(c) for c in _needed_commands("k", "k:*", "0" * 40, "")]
+    return " ".join("+" + name.lower().replace(" ", "|") for name in names)
 
 
 def _grant_hint(user: str, prefix: str, commands: list[str]) -> str:
@@ -927,13 +967,13 @@ class Doctor:
                 for command in commands:
                     answer = _text(client.execute_command("ACL", "DRYRUN", user, *command))
                     if answer != "OK":
-                        label = " ".join(command[:2]) if command[0] == "SCRIPT" else command[0]
-                        denied.setdefault(label, f"{name}: {answer}")
+                        denied.setdefault(_command_name(command), f"{name}: {answer}")
             except redis.exceptions.NoPermissionError:
                 self.add("permissions", "warn",
                          "this user may not run ACL WHOAMI / ACL DRYRUN, so its permissions "
                          "cannot be listed (the end-to-end check below still exercises them)",
-                         "optional: grant +acl|whoami +acl|dryrun for a full report")
+                         "optional: grant +acl|whoami +acl|dryrun for a full report; the brake "
+                         f"needs {needed_rules()} on ~{brake.settings.key_prefix}:*")
                 return
             except Exception as error:
                 if _unknown_command(error):
@@ -949,7 +989,7 @@ class Doctor:
                      f"({_one_line(first)})",
                      "grant them, e.g. " + _grant_hint(user, brake.settings.key_prefix, list(denied)))
             return
-        names = ", ".join(" ".join(c[:2]) if c[0] == "SCRIPT" else c[0] for c in commands)
+        names = ", ".join(_command_name(c) for c in commands)
         self.add("permissions", "ok", f"user {user!r} may run {names} on {brake.settings.key_prefix}:*")
 
     def end_to_end(self, brake: DistributedBrake, nodes: list[tuple[str, Any]]) -> None:
@@ -1021,7 +1061,7 @@ class Doctor:
             console.print(Text("all good", style="green" if terminal else ""))
 
 
-@cli.command("doctor")
+@cli.command("doctor", short_help='Diagnose connection, mode, script, permissions, config.')
 @json_option
 @click.pass_obj
 def doctor_command(app: App, as_json: bool) -> None:
@@ -1055,13 +1095,19 @@ def _figure_value(value: float | None, unit: str) -> str:
     return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
 
 
-@cli.command("bench")
+@cli.command("bench", short_help="Benchmark figures, as ratios to the server's own floor.")
 @click.option("--quick", is_flag=True, help="A small run (a few seconds; noisier figures).")
 @click.option("--sessions", metavar="N", default=None, type=click.IntRange(min=100),
               help="Sessions for the memory figure (default 20000; --quick 2000).")
+@click.option("--only", "only", multiple=True, metavar="FIGURE",
+              type=click.Choice(["sync_check_latency", "async_throughput", "memory_per_session",
+                                 "inprocess_check", "call_hash_1mb"]),
+              help="Measure only this figure (repeatable).")
 @json_option
 @click.pass_obj
-def bench_command(app: App, quick: bool, sessions: int | None, as_json: bool) -> None:
+def bench_command(
+    app: App, *, quick: bool, sessions: int | None, only: tuple[str, ...], as_json: bool
+) -> None:
     """Benchmark against the server at --url, as ratios to that server's own floor.
 
     \b
@@ -1088,13 +1134,16 @@ def bench_command(app: App, quick: bool, sessions: int | None, as_json: bool) ->
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
         console=_console(stderr=True), transient=True, disable=as_json or not sys.stderr.isatty(),
     )
-    tasks = {key: progress.add_task(name, total=None) for key, (name, _, _) in STAGES.items()}
+    tasks = {key: progress.add_task(name, total=None) for key, (name, _, _) in STAGES.items()
+             if not only or key in only}
 
     def step(stage: str, done: int, total: int) -> None:
-        progress.update(tasks[stage], completed=done, total=total)
+        if stage in tasks:
+            progress.update(tasks[stage], completed=done, total=total)
 
     with progress:
-        report = run_bench(url, quick=quick, sessions=sessions, timeout_seconds=timeout, step=step)
+        report = run_bench(url, quick=quick, sessions=sessions, timeout_seconds=timeout,
+                           step=step, only=only)
     if as_json:
         _emit_json(report.to_json())
         return
@@ -1123,7 +1172,7 @@ def bench_command(app: App, quick: bool, sessions: int | None, as_json: bool) ->
 # -- demo ---------------------------------------------------------------------------------------------
 
 
-@cli.command("demo")
+@cli.command("demo", short_help='A small fleet with one stuck agent: watch the brake stop it.')
 @click.option("--workers", metavar="N", default=4, show_default=True,
               type=click.IntRange(2, 32), help="Workers in the fleet (processes on Redis, "
                                               "threads on memory://).")
@@ -1131,9 +1180,13 @@ def bench_command(app: App, quick: bool, sessions: int | None, as_json: bool) ->
               help="Tool calls per agent.")
 @click.option("--keep", is_flag=True,
               help="Leave the demo's sessions in the store (see them with `distbrake list`).")
+@click.option("--pace", metavar="SECONDS", default=None, type=click.FloatRange(0, 5),
+              help="How long each allowed tool call runs (default: 0.05 on a terminal, else 0).")
 @json_option
 @click.pass_obj
-def demo_command(app: App, workers: int, calls: int, keep: bool, as_json: bool) -> None:
+def demo_command(
+    app: App, *, workers: int, calls: int, keep: bool, pace: float | None, as_json: bool
+) -> None:
     """A small fleet where one agent gets stuck repeating a call, and the brake stops it.
 
     Three agents' calls are dealt round-robin over the workers; agent
@@ -1190,6 +1243,7 @@ def demo_command(app: App, workers: int, calls: int, keep: bool, as_json: bool) 
     try:
         report = run_demo(url, workers=workers, calls=calls, max_repeats=app.max_repeats,
                           key_prefix=app.key_prefix, timeout_seconds=app.timeout, keep=keep,
+                          pace=(0.05 if terminal and not as_json else 0.0) if pace is None else pace,
                           progress=on_progress)
     finally:
         progress.stop()
@@ -1202,7 +1256,7 @@ def demo_command(app: App, workers: int, calls: int, keep: bool, as_json: bool) 
                        EXIT_BACKEND, "unreachable")
 
 
-def _print_demo(report: Any, console: Console, terminal: bool, keep: bool) -> None:
+def _print_demo(report: DemoReport, console: Console, terminal: bool, keep: bool) -> None:
     table = _table("worker", "runs as",
                    "calls", "allowed", "denied", f"{report.stuck_agent}'s repeats", "denied agent",
                    title="fleet")
@@ -1256,6 +1310,10 @@ def _run_cli(argv: list[str] | None) -> int:
         click.echo("distbrake: interrupted", err=True)
         return 130
     except click.ClickException as error:  # usage errors: one line, exit 2
+        no_args = getattr(click.exceptions, "NoArgsIsHelpError", None)
+        if no_args is not None and isinstance(error, no_args) and error.ctx is not None:
+            click.echo(error.ctx.get_help())  # bare `distbrake`: the help, as usage (exit 2)
+            return EXIT_USAGE
         message = _one_line(error.format_message())
         if isinstance(error, click.UsageError) and error.ctx is not None:
             message += f" (see: {error.ctx.command_path} --help)"

@@ -214,10 +214,12 @@ def plan_calls(
 # -- the workers ----------------------------------------------------------------------------
 
 
-def _one_call(brake: DistributedBrake, label: str, call: DemoCall) -> DemoOutcome:
+def _one_call(brake: DistributedBrake, label: str, call: DemoCall, pace: float) -> DemoOutcome:
     limit = brake.settings.limit_for(call.tool) or 0
     try:
         verdict = brake.check(call.tool, call.args, session_id=call.session_id, call_id=call.call_id)
+        if pace:
+            time.sleep(pace)  # the tool "runs" (a denied call never gets here)
     except LoopBrakeError as error:
         return DemoOutcome(call.agent, call.seq, call.worker, label, call.tool, call.stuck,
                            False, error.count, error.max_repeats, error.hash_prefix)
@@ -232,8 +234,10 @@ def _serve(
     worker: int, url: str, options: dict[str, Any], tasks: Any, results: Any, *, label: str,
 ) -> None:
     """A worker's loop: build its own brake, answer calls until it gets None."""
+    settings = dict(options)  # shared by the thread workers: never mutated
+    pace = float(settings.pop("pace", 0.0))
     try:
-        brake = DistributedBrake.from_url(url, on_backend_error="closed", **options)
+        brake = DistributedBrake.from_url(url, on_backend_error="closed", **settings)
     except Exception as error:
         results.put(("error", worker, f"worker-{worker} could not start: {type(error).__name__}"))
         return
@@ -243,7 +247,7 @@ def _serve(
             call = tasks.get()
             if call is None:
                 break
-            results.put(("outcome", worker, _one_call(brake, label, call)))
+            results.put(("outcome", worker, _one_call(brake, label, call, pace)))
     finally:
         brake.close()
 
@@ -298,7 +302,7 @@ class _Fleet:
         try:
             item: tuple[str, int, Any] = self.results.get(timeout=RESULT_TIMEOUT)
         except queue.Empty:
-            raise TimeoutError(f"no answer from the demo workers within {RESULT_TIMEOUT:g} s") from None
+            raise RuntimeError(f"the demo workers stopped answering ({RESULT_TIMEOUT:g} s)") from None
         return item
 
     def close(self) -> None:
@@ -405,13 +409,14 @@ def _drive(
 def run_demo(
     url: str = "memory://", *, workers: int = 4, calls: int = 8,
     max_repeats: int | None = None, key_prefix: str | None = None,
-    timeout_seconds: float | None = None, keep: bool = False,
+    timeout_seconds: float | None = None, keep: bool = False, pace: float = 0.0,
     progress: Progress = _no_progress,
 ) -> DemoReport:
     """Run the demo fleet against `url` and return what happened.
 
     Sessions are named `demo-<run id>-<agent>` and cleared at the end unless
-    `keep` (then `distbrake list --match 'demo-*'` shows them). Backend
+    `keep` (then `distbrake list --match 'demo-*'` shows them). `pace` is how
+    long each allowed tool call "runs" (seconds), to make a live view watchable. Backend
     errors of a worker are reported in `errors`, never raised from a worker.
     """
     if workers < 2:
@@ -426,6 +431,7 @@ def run_demo(
     brake = DistributedBrake.from_url(url, on_backend_error="closed", **options)
     try:
         brake.ping()
+        options["pace"] = pace
         limit = brake.settings.limit_for(STUCK_TOOL) or brake.settings.max_repeats
         run_id = uuid.uuid4().hex[:6]
         plan = plan_calls(workers, calls, limit, run_id)
