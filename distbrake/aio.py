@@ -27,6 +27,7 @@ __all__ = ["AsyncDistributedBrake"]
 
 SCAN_BATCH = 500
 MAX_BATCH = 1024
+CLUSTER_CONCURRENCY = 32
 
 # (key, argv, the check's deadline on the loop clock, its future)
 _Pending = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any]"]
@@ -49,6 +50,7 @@ class _Coalescer:
         self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._queue: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None
+        self._loaded = self._direct  # the direct path learns of a missing script from NOSCRIPT
 
     async def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -80,6 +82,9 @@ class _Coalescer:
                     future.set_result(reply)
 
     async def _send(self, batch: list[_Pending]) -> list[Any]:
+        if not self._loaded:  # load once up front rather than learn it from a burst of NOSCRIPTs
+            await self._client.script_load(script_source())
+            self._loaded = True
         replies = await self._pipeline(batch)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if missing:  # a flushed or new server: load the script, send those checks again
@@ -93,11 +98,15 @@ class _Coalescer:
         if self._direct:
             return await self._on_connection(batch)
         sha = script_sha()
-        if self._cluster:  # redis-py's cluster pipeline refuses EVALSHA: one call per check
-            return list(await asyncio.gather(
-                *(self._client.evalsha(sha, 1, key, *argv) for key, argv, *_ in batch),
-                return_exceptions=True,
-            ))
+        if self._cluster:  # redis-py's cluster pipeline refuses EVALSHA: one call per check,
+            replies: list[Any] = []  # a bounded number at a time (the client's pools are bounded)
+            for start in range(0, len(batch), CLUSTER_CONCURRENCY):
+                replies.extend(await asyncio.gather(
+                    *(self._client.evalsha(sha, 1, key, *argv)
+                      for key, argv, *_ in batch[start:start + CLUSTER_CONCURRENCY]),
+                    return_exceptions=True,
+                ))
+            return replies
         pipe = self._client.pipeline(transaction=False)
         for key, argv, *_ in batch:
             pipe.evalsha(sha, 1, key, *argv)

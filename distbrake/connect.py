@@ -11,6 +11,7 @@ recognised and not counted twice.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import fakeredis
@@ -26,7 +27,7 @@ from redis.backoff import NoBackoff
 from .errors import InvalidURLError
 from .urls import ParsedURL, parse_url
 
-__all__ = ["async_client", "memory_server", "sync_client"]
+__all__ = ["LazyClient", "async_client", "memory_server", "sync_client"]
 
 _TLS_OPTIONS = {
     "ssl_ca_certs": str,
@@ -51,6 +52,24 @@ def memory_server(name: str) -> fakeredis.FakeServer:
         if server is None:
             server = _memory_servers[name] = fakeredis.FakeServer(version=(7, 0))
         return server
+
+
+class LazyClient:
+    """A client built on first use (and built again after a failed attempt)."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._build()
+                client = self._client
+        return getattr(client, name)
 
 
 def _bool(url: ParsedURL, name: str, text: str) -> bool:
@@ -125,7 +144,10 @@ def sync_client(url: str | ParsedURL, timeout: float) -> Any:
         return redis.Redis(unix_socket_path=parsed.path, db=parsed.db, **kwargs)
     if parsed.kind == "cluster":
         nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]  # type: ignore[no-untyped-call]
-        return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+        # redis-py's sync cluster client connects when it is built; build it on
+        # first use instead, so a brake made while the cluster is down still
+        # starts (its checks go to the failure policy until the cluster answers).
+        return LazyClient(lambda: redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs))
     sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout), **kwargs
     )

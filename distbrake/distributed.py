@@ -26,6 +26,7 @@ __all__ = ["BACKEND_ERRORS", "DistributedBase"]
 # the OS and asyncio timeouts under it.
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,  # not a RedisError: "no node reachable" and kin
     OSError,
     TimeoutError,
 )

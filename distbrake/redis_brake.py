@@ -2,8 +2,8 @@
 
 One check is one EVALSHA of `lua/brake.lua`. On a single node (or a
 Sentinel-managed master) the EVALSHA, packed once by `slot.resp_evalsha`, is
-written straight to a pooled redis-py connection; on a Cluster redis-py's
-`Script` routes it. Either way a NOSCRIPT reply loads the script and sends the
+written straight to a pooled redis-py connection; on a Cluster the client
+routes it. Either way a NOSCRIPT reply loads the script and sends the
 check again. Everything else is in `distributed.py`.
 """
 
@@ -18,7 +18,7 @@ import redis.exceptions
 from .base import SessionState, Verdict
 from .connect import sync_client
 from .distributed import BACKEND_ERRORS, DistributedBase
-from .slot import resp_evalsha, resp_script_load, script_source
+from .slot import resp_evalsha, resp_script_load, script_sha, script_source
 
 __all__ = ["DistributedBrake"]
 
@@ -32,7 +32,6 @@ class DistributedBrake(DistributedBase):
 
     def __init__(self, client: Any, **options: Any) -> None:
         super().__init__(client, **options)
-        self._script = client.register_script(script_source())
         self._direct = type(client) is redis.Redis
 
     @staticmethod
@@ -57,13 +56,21 @@ class DistributedBrake(DistributedBase):
             return self.without_redis(call, None)
         key, argv = self.encode(call)
         try:
-            if self._direct:
-                reply = self._on_connection(resp_evalsha(key, argv))
-            else:
-                reply = self._script(keys=(key,), args=argv)
+            reply = (
+                self._on_connection(resp_evalsha(key, argv)) if self._direct
+                else self._evalsha(key, argv)
+            )
         except BACKEND_ERRORS as error:
             return self.without_redis(call, error)
         return self.verdict(call, reply)
+
+    def _evalsha(self, key: str, argv: tuple[bytes | int, ...]) -> Any:
+        """EVALSHA through the client (Cluster routes it); NOSCRIPT loads and sends again."""
+        try:
+            return self.client.evalsha(script_sha(), 1, key, *argv)
+        except redis.exceptions.NoScriptError:
+            self.client.script_load(script_source())
+            return self.client.evalsha(script_sha(), 1, key, *argv)
 
     def _on_connection(self, packed: bytes) -> Any:
         """Send one packed EVALSHA on a pooled connection and read its reply.

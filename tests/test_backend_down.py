@@ -1,0 +1,47 @@
+"""A brake built while its Redis is down still starts, and its checks follow the policy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from distbrake import AsyncDistributedBrake, BrakeUnavailableError, DistributedBrake, LoopBrakeError
+from tests.redis_servers import free_port
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_sync_brake_on_a_dead_backend_follows_the_policy(scheme: str) -> None:
+    url = f"{scheme}://127.0.0.1:{free_port()}"
+    local = DistributedBrake.from_url(url, timeout_seconds=0.2)  # builds: no connection yet
+    assert [local.check("t", 1, session_id="s").decided_by for _ in range(2)] == ["local", "local"]
+    with pytest.raises(LoopBrakeError):
+        local.check("t", 1, session_id="s")  # the loop is still braked, in-process
+    opened = DistributedBrake.from_url(url, on_backend_error="open", timeout_seconds=0.2)
+    assert opened.check("t", 1).decided_by == "open"
+    closed = DistributedBrake.from_url(url, on_backend_error="closed", timeout_seconds=0.2)
+    with pytest.raises(BrakeUnavailableError):
+        closed.check("t", 1)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+async def test_async_brake_on_a_dead_backend_follows_the_policy(scheme: str) -> None:
+    url = f"{scheme}://127.0.0.1:{free_port()}"
+    brake = AsyncDistributedBrake.from_url(url, timeout_seconds=0.2)
+    verdicts = [await brake.check("t", 1, session_id="s") for _ in range(2)]
+    assert [v.decided_by for v in verdicts] == ["local", "local"]
+    closed = AsyncDistributedBrake.from_url(url, on_backend_error="closed", timeout_seconds=0.2)
+    with pytest.raises(BrakeUnavailableError):
+        await closed.check("t", 1)
+    await brake.aclose()
+    await closed.aclose()
+
+
+async def test_async_cluster_burst_does_not_exhaust_connections(cluster_url: str) -> None:
+    brake = AsyncDistributedBrake.from_url(
+        cluster_url, max_repeats=10**6, on_backend_error="closed", timeout_seconds=10
+    )
+    verdicts = await asyncio.gather(*(brake.check("t", 1, session_id="burst") for _ in range(500)))
+    assert sorted(v.count for v in verdicts) == list(range(1, 501))
+    assert {v.decided_by for v in verdicts} == {"redis"}
+    await brake.aclose()
