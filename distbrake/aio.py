@@ -62,7 +62,7 @@ class _Coalescer:
     async def _send_all(self) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
         while self._queue:
-            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            batch = self._next_batch()
             try:
                 async with asyncio.timeout_at(min(item[2] for item in batch)):
                     replies = await self._send(batch)
@@ -80,6 +80,27 @@ class _Coalescer:
                     future.set_exception(reply)
                 else:
                     future.set_result(reply)
+
+    def _next_batch(self) -> list[_Pending]:
+        """Up to MAX_BATCH queued checks, at most one per key; the others wait for the next batch.
+
+        A batch whose reply is lost is sent again (the retry). The script
+        recognises a replay only among the last two calls of a session, so a
+        resent batch holding three checks of one session would count some
+        twice; with one check per key every resent check is the last of its
+        session and is recognised.
+        """
+        batch: list[_Pending] = []
+        later: list[_Pending] = []
+        keys: set[str] = set()
+        for item in self._queue:
+            if len(batch) < MAX_BATCH and item[0] not in keys:
+                keys.add(item[0])
+                batch.append(item)
+            else:
+                later.append(item)
+        self._queue = later
+        return batch
 
     async def _send(self, batch: list[_Pending]) -> list[Any]:
         if not self._loaded:  # load once up front rather than learn it from a burst of NOSCRIPTs
@@ -183,6 +204,9 @@ class AsyncDistributedBrake(DistributedBase):
             reply = await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
         except BACKEND_ERRORS as error:
             return self.without_redis(call, error)
+        except BaseException:  # cancelled by the host: a probe must not stay claimed forever
+            self.failures.health.abandoned()
+            raise
         return self.verdict(call, reply)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -7,6 +7,7 @@ in `redis_brake.py` and `aio.py` only send and receive.
 
 from __future__ import annotations
 
+import logging
 from fnmatch import fnmatchcase
 from typing import Any, Self
 
@@ -18,6 +19,8 @@ from .settings import BrakeSettings, FailurePolicy, load_settings
 from .slot import FIELDS, decode_reply, decode_state, encode_call, key_pattern, session_key
 from .urls import parse_url, redact_url
 from .wrap import GuardMixin
+
+logger = logging.getLogger("distbrake")
 
 __all__ = ["BACKEND_ERRORS", "DistributedBase"]
 
@@ -59,6 +62,12 @@ class DistributedBase(GuardMixin, BrakeBase):
         )
         self.client = client
         self.backend = redact_url(self.settings.url) if self.settings.url else repr_client(client)
+        if self.settings.url is None and _without_timeout(client):
+            logger.warning(
+                "distbrake: the client given to %s has no socket_timeout: a Redis that accepts "
+                "but never answers would hang checks; build it with socket_timeout (see README, "
+                "Failure policy) or use from_url", type(self).__name__,
+            )
         self.failures = FailureHandler(self, self.backend)
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
 
@@ -161,6 +170,12 @@ class DistributedBase(GuardMixin, BrakeBase):
         if error is not None:
             self.failures.failed(error)
         return self.failures.decide(call, error)
+
+
+def _without_timeout(client: Any) -> bool:
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    return isinstance(kwargs, dict) and "host" in kwargs and kwargs.get("socket_timeout") is None
 
 
 def repr_client(client: Any) -> str:

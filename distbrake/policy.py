@@ -63,6 +63,12 @@ class BackendHealth:
                 self._down, self._probing, self._pause = False, False, self._first_pause
             logger.warning("distbrake: Redis answers again; streaks are shared again")
 
+    def abandoned(self) -> None:
+        """A check gave up with no answer either way (cancelled): if it was the probe, the next check probes."""
+        if self._down:
+            with self._lock:
+                self._probing = False
+
     def failed(self) -> bool:
         """Record a failure; True when this failure is news (Redis was thought up)."""
         with self._lock:

@@ -62,6 +62,9 @@ class DistributedBrake(DistributedBase):
             )
         except BACKEND_ERRORS as error:
             return self.without_redis(call, error)
+        except BaseException:  # interrupted: a probe must not stay claimed forever
+            self.failures.health.abandoned()
+            raise
         return self.verdict(call, reply)
 
     def _evalsha(self, key: str, argv: tuple[bytes | int, ...]) -> Any:

@@ -1,0 +1,342 @@
+"""A small fault-injecting TCP proxy between a Redis client and a real redis-server.
+
+The proxy runs an asyncio event loop in a background thread of its own, so a
+test (sync or asyncio) drives it with plain method calls. It understands just
+enough RESP to pair each command with its reply, which is what the faults need:
+
+* ``pass_through()``: bytes go both ways unchanged (the default);
+* ``drop_replies(n)``: the next ``n`` commands matching ``commands`` (default
+  EVAL/EVALSHA) are forwarded and *executed* by Redis, but their (non-error)
+  reply is thrown away and the client connection is closed: the client sees
+  a lost reply for a command that did run. The mode then goes back to
+  pass-through by itself;
+* ``black_hole()``: connections are accepted and everything sent is
+  swallowed; nothing is ever answered (also on connections already open);
+* ``refuse()``: every connection, open or new, is closed at once.
+
+Counters (read them from any thread): ``connections`` (accepted so far),
+``commands`` (forwarded to Redis), ``dropped`` (replies thrown away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Literal, Self
+
+__all__ = ["FaultProxy", "ProxyMode", "resp_end"]
+
+ProxyMode = Literal["pass", "drop", "black_hole", "refuse"]
+
+HOST = "127.0.0.1"
+READ_SIZE = 65536
+_AGGREGATES = frozenset(b"*~>")  # n elements follow
+_MAPS = frozenset(b"%|")  # n pairs follow
+_BLOBS = frozenset(b"$!=")  # n bytes + CRLF follow
+_LINES = frozenset(b"+-:_#,(")  # the line is the whole value
+
+
+class _Incomplete(Exception):
+    pass
+
+
+def _value_end(buf: bytes | bytearray, pos: int) -> int:
+    eol = buf.find(b"\r\n", pos)
+    if eol < 0:
+        raise _Incomplete
+    kind = buf[pos]
+    if kind in _LINES:
+        return eol + 2
+    if kind not in _AGGREGATES and kind not in _MAPS and kind not in _BLOBS:
+        return eol + 2  # an inline command: the line is the command
+    size = int(buf[pos + 1 : eol])
+    if kind in _BLOBS:
+        if size < 0:
+            return eol + 2
+        end = eol + 2 + size + 2
+        if end > len(buf):
+            raise _Incomplete
+        return end
+    end = eol + 2
+    for _ in range(max(size, 0) * (2 if kind in _MAPS else 1)):
+        end = _value_end(buf, end)
+    return end
+
+
+def resp_end(buf: bytes | bytearray, pos: int = 0) -> int | None:
+    """Where the RESP2/RESP3 value starting at ``pos`` ends, or None if it is incomplete."""
+    if pos >= len(buf):
+        return None
+    try:
+        return _value_end(buf, pos)
+    except _Incomplete:
+        return None
+
+
+def _command_name(raw: bytes) -> str:
+    """The (upper-cased) name of a command in RESP array form, e.g. ``EVALSHA``."""
+    if raw[:1] != b"*":
+        return raw.split(b" ", 1)[0].strip().decode(errors="replace").upper()
+    head = raw.find(b"\r\n")
+    first = raw.find(b"\r\n", head + 2)
+    size = int(raw[head + 3 : first])
+    return raw[first + 2 : first + 2 + size].decode(errors="replace").upper()
+
+
+@dataclass(eq=False)
+class _Link:
+    """One client connection and its upstream connection."""
+
+    client: asyncio.StreamWriter
+    upstream: asyncio.StreamWriter | None = None
+    pending: deque[str] = field(default_factory=deque)  # names of commands awaiting replies
+    closed: bool = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for writer in (self.client, self.upstream):
+            if writer is not None:
+                writer.close()
+
+
+class FaultProxy:
+    """A TCP proxy to ``upstream`` with switchable faults; see the module text."""
+
+    def __init__(self, upstream: tuple[str, int], *, port: int = 0) -> None:
+        self.upstream = upstream
+        self._requested_port = port
+        self.port = 0
+        self.mode: ProxyMode = "pass"
+        self.drop_commands: frozenset[str] = frozenset({"EVAL", "EVALSHA"})
+        self._drops_left = 0
+        self._lock = threading.Lock()
+        self.connections = 0
+        self.commands = 0
+        self.dropped = 0
+        self._links: set[_Link] = set()
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
+        self._ready = threading.Event()
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> Self:
+        if self._started:
+            return self
+        self._started = True
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
+        self.port = future.result(timeout=10)
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    async def _listen(self) -> int:
+        self._server = await asyncio.start_server(self._accept, HOST, self._requested_port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in list(self._links):
+            link.close()
+        # Closed links end their tasks by themselves (EOF); cancel only what is left.
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def close(self) -> None:
+        """Close every connection and the listener, stop the thread; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (HOST, self.port)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}"
+
+    # -- modes (callable from any thread) ------------------------------------------
+
+    def _set_mode(self, mode: ProxyMode) -> None:
+        with self._lock:
+            self.mode = mode
+            self._drops_left = 0
+        if mode == "refuse" and self._started:
+            self._call(self._close_all)
+
+    def _call(self, function: Callable[[], None]) -> None:
+        async def run() -> None:
+            function()
+
+        asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
+
+    def _close_all(self) -> None:
+        for link in list(self._links):
+            link.close()
+
+    def pass_through(self) -> None:
+        self._set_mode("pass")
+
+    def black_hole(self) -> None:
+        self._set_mode("black_hole")
+
+    def refuse(self) -> None:
+        self._set_mode("refuse")
+
+    def drop_replies(self, n: int, commands: tuple[str, ...] = ("EVAL", "EVALSHA")) -> None:
+        """Forward the next ``n`` matching commands, lose their replies (see the module text)."""
+        with self._lock:
+            self.mode = "drop"
+            self.drop_commands = frozenset(c.upper() for c in commands)
+            self._drops_left = n
+
+    @property
+    def drops_left(self) -> int:
+        with self._lock:
+            return self._drops_left
+
+    def close_connections(self) -> None:
+        """Close every open connection now (the mode is unchanged)."""
+        self._call(self._close_all)
+
+    # -- the proxy -----------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with self._lock:
+            self.connections += 1
+            mode = self.mode
+        link = _Link(writer)
+        self._links.add(link)
+        try:
+            if mode == "refuse":
+                return
+            if mode == "black_hole":
+                await self._swallow(reader)
+                return
+            try:
+                up_reader, link.upstream = await asyncio.open_connection(*self.upstream)
+            except OSError:
+                return
+            await asyncio.gather(
+                self._client_to_upstream(reader, link),
+                self._upstream_to_client(up_reader, link),
+            )
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # a connection task ends quietly, whatever ended it (asyncio would log a cancellation)
+        finally:
+            link.close()
+            self._links.discard(link)
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                await writer.wait_closed()
+            if link.upstream is not None:
+                with contextlib.suppress(OSError, asyncio.CancelledError):
+                    await link.upstream.wait_closed()
+
+    async def _swallow(self, reader: asyncio.StreamReader) -> None:
+        while await reader.read(READ_SIZE):
+            pass
+
+    async def _client_to_upstream(self, reader: asyncio.StreamReader, link: _Link) -> None:
+        buf = bytearray()
+        while not link.closed:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                break
+            with self._lock:
+                mode = self.mode
+            if mode == "refuse":
+                break
+            if mode == "black_hole":
+                continue
+            buf += data
+            start = 0
+            count = 0
+            while (end := resp_end(buf, start)) is not None:
+                link.pending.append(_command_name(bytes(buf[start:end])))
+                start = end
+                count += 1
+            if start and link.upstream is not None:
+                with self._lock:
+                    self.commands += count
+                link.upstream.write(bytes(buf[:start]))
+                del buf[:start]
+        link.close()
+
+    def _should_drop(self, command: str, reply: bytes) -> bool:
+        with self._lock:
+            if self.mode != "drop" or command not in self.drop_commands or reply[:1] == b"-":
+                return False
+            self._drops_left -= 1
+            self.dropped += 1
+            if self._drops_left <= 0:
+                self.mode = "pass"
+            return True
+
+    async def _upstream_to_client(self, reader: asyncio.StreamReader, link: _Link) -> None:
+        buf = bytearray()
+        while not link.closed:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                break
+            with self._lock:
+                mode = self.mode
+            if mode in ("black_hole", "refuse"):
+                continue
+            buf += data
+            start = 0
+            out = bytearray()
+            while (end := resp_end(buf, start)) is not None:
+                reply = bytes(buf[start:end])
+                start = end
+                if reply[:1] == b">":  # a RESP3 push belongs to no command
+                    out += reply
+                    continue
+                command = link.pending.popleft() if link.pending else ""
+                if self._should_drop(command, reply):
+                    # Redis ran it; the client never hears: answer what came before, then hang up.
+                    if out:
+                        link.client.write(bytes(out))
+                    link.close()
+                    return
+                out += reply
+            del buf[:start]
+            if out:
+                link.client.write(bytes(out))
+        link.close()
