@@ -250,7 +250,7 @@ class AsyncDistributedBrake(DistributedBase):
         """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
         async for keys in self._key_batches():
             pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
-            for state in self.decode_states(await pipe.execute(), match):
+            for state in self.decode_states(await pipe.execute(raise_on_error=False), match):
                 yield state
 
     async def clear_all(self) -> int:
@@ -268,6 +268,10 @@ class AsyncDistributedBrake(DistributedBase):
         close = getattr(self.client, "aclose", None) or getattr(self.client, "close", None)
         if callable(close):
             await close()
+        # A Sentinel-managed master: its pool asks the sentinels through clients of their own.
+        manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
 
     async def __aenter__(self) -> AsyncDistributedBrake:
         return self

@@ -106,7 +106,7 @@ class BrakeBase:
         if count >= call.max_repeats:
             logger.warning(
                 'loop brake denied tool "%s" in session %r (call %s, count %d, limit %d)',
-                call.tool_name, call.session_id, call.hash_prefix, count, call.max_repeats,
+                call.tool_name[:64], call.session_id[:128], call.hash_prefix, count, call.max_repeats,
             )
             raise LoopBrakeError(
                 call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id

@@ -25,7 +25,7 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 
 from .errors import InvalidURLError
-from .urls import ParsedURL, parse_url
+from .urls import ParsedURL, parse_number, parse_url
 
 __all__ = ["LazyClient", "async_client", "memory_server", "sync_client"]
 
@@ -71,6 +71,11 @@ class LazyClient:
                 client = self._client
         return getattr(client, name)
 
+    def close(self) -> None:
+        """Close the client if it was ever built: closing never connects."""
+        if self._client is not None:
+            self._client.close()
+
 
 def _bool(url: ParsedURL, name: str, text: str) -> bool:
     lowered = text.lower()
@@ -94,9 +99,10 @@ def _options(url: ParsedURL) -> dict[str, Any]:
         if kind is bool:
             options[name] = _bool(url, name, text)
         elif kind is int:
-            if not text.isdigit():
+            number = parse_number(text)
+            if number is None:
                 raise InvalidURLError(f"invalid backend URL {url.redacted!r}: {name} must be a number")
-            options[name] = int(text)
+            options[name] = number
         else:
             options[name] = text
     return options
@@ -120,9 +126,13 @@ def _common(url: ParsedURL, timeout: float, retry: Any) -> dict[str, Any]:
     return kwargs
 
 
-def _sentinel_kwargs(url: ParsedURL, timeout: float) -> dict[str, Any]:
+def _sentinel_kwargs(url: ParsedURL, timeout: float, retry: Any) -> dict[str, Any]:
     options = url.options
-    extra: dict[str, Any] = {"socket_timeout": timeout / 2, "socket_connect_timeout": timeout / 2}
+    # The sentinels get the same budget as the data nodes; without `retry`
+    # redis-py 8 retries 10 times with backoff (seconds per check).
+    extra: dict[str, Any] = {
+        "socket_timeout": timeout / 2, "socket_connect_timeout": timeout / 2, "retry": retry,
+    }
     if "sentinel_password" in options:
         extra["password"] = options["sentinel_password"]
     if "sentinel_username" in options:
@@ -149,7 +159,7 @@ def sync_client(url: str | ParsedURL, timeout: float) -> Any:
         # starts (its checks go to the failure policy until the cluster answers).
         return LazyClient(lambda: redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs))
     sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout), **kwargs
+        list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout, kwargs["retry"]), **kwargs
     )
     return sentinel.master_for(parsed.path, db=parsed.db)  # type: ignore[no-untyped-call]
 
@@ -170,6 +180,6 @@ def async_client(url: str | ParsedURL, timeout: float) -> Any:
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
     sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout), **kwargs
+        list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout, kwargs["retry"]), **kwargs
     )
     return sentinel.master_for(parsed.path, db=parsed.db)

@@ -148,6 +148,8 @@ class DistributedBase(GuardMixin, BrakeBase):
         """Pipeline replies of `queue_state_reads` as states, filtered by a session glob."""
         states = []
         for index in range(0, len(replies), 2):
+            if isinstance(replies[index], Exception):  # not a hash: someone else's key, not a slot
+                continue
             state = decode_state(replies[index], replies[index + 1])
             if state is not None and (match is None or fnmatchcase(state.session_id, match)):
                 states.append(state)

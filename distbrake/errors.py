@@ -63,8 +63,9 @@ class LoopBrakeError(DistbrakeError):
         super().__init__(self._message())
 
     def _message(self) -> str:
+        tool = self.tool_name if len(self.tool_name) <= 64 else self.tool_name[:64] + "\u2026"
         return (
-            f'loop brake: tool "{self.tool_name}" called {self.count} times in a row '
+            f'loop brake: tool "{tool}" called {self.count} times in a row '
             f"with identical arguments (call {self.hash_prefix}\u2026, limit "
             f"{self.max_repeats}); the call was denied before it ran. Change the "
             "arguments, call a different tool, or stop."

@@ -129,7 +129,7 @@ class DistributedBrake(DistributedBase):
         """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
         for keys in self._key_batches():
             pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
-            yield from self.decode_states(pipe.execute(), match)
+            yield from self.decode_states(pipe.execute(raise_on_error=False), match)
 
     def clear_all(self) -> int:
         """Forget every session under this prefix (and nothing else); returns how many."""

@@ -153,8 +153,9 @@ class BrakeSettings(BaseSettings):
     @field_validator("key_prefix")
     @classmethod
     def _check_prefix(cls, value: str) -> str:
-        if any(c in value for c in "{}*?[] \t\r\n") or not value.isprintable():
-            raise ValueError("must be printable, without spaces, braces or glob characters")
+        # A backslash escapes the next character in a SCAN pattern: sessions() would find nothing.
+        if any(c in value for c in "{}*?[]\\ \t\r\n") or not value.isprintable():
+            raise ValueError("must be printable, without spaces, braces, backslashes or glob characters")
         return value
 
     @model_validator(mode="after")

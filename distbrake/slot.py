@@ -60,7 +60,7 @@ def resp_evalsha(key: str, argv: tuple[bytes | int, ...]) -> bytes:
     The sync and async brakes write this straight to a pooled redis-py
     connection on a single node (no per-argument encoding on the hot path).
     """
-    parts = [b"*%d\r\n" % (4 + len(argv)), _evalsha_head(), _bulk(key.encode("ascii"))]
+    parts = [b"*%d\r\n" % (4 + len(argv)), _evalsha_head(), _bulk(key.encode("utf-8"))]
     for arg in argv:
         parts.append(_bulk(arg if isinstance(arg, bytes) else b"%d" % arg))
     return b"".join(parts)
@@ -86,7 +86,6 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-@lru_cache(maxsize=4096)
 def session_key(session_id: str, key_prefix: str = "distbrake") -> str:
     """The Redis key of a session's slot: `<prefix>:<18 chars of base64url(sha256(id))>`.
 
@@ -94,6 +93,17 @@ def session_key(session_id: str, key_prefix: str = "distbrake") -> str:
     braces, globs, newlines, any Unicode); it holds no hash tag, so sessions
     spread over every Cluster slot.
     """
+    if len(session_id) <= 256:
+        return _cached_key(session_id, key_prefix)
+    return _derive_key(session_id, key_prefix)
+
+
+@lru_cache(maxsize=4096)
+def _cached_key(session_id: str, key_prefix: str) -> str:
+    return _derive_key(session_id, key_prefix)
+
+
+def _derive_key(session_id: str, key_prefix: str) -> str:
     digest = hashlib.sha256(_utf8(session_id)).digest()
     return f"{key_prefix}:{base64.urlsafe_b64encode(digest[:15]).decode('ascii')[:KEY_CHARS]}"
 

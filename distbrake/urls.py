@@ -33,18 +33,34 @@ SCHEMES = {
     "rediss+sentinel": "sentinel",
 }
 
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^@/?#]*)@")
+# User info ends at the last "@" before the path or query (so "@" and "#" may stand in a password).
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?]*)@")
+# For showing only: everything up to the last "@" anywhere, scheme or no scheme, is user info,
+# so a malformed URL (an unescaped "/" or "?" in the password, "redis//", no scheme) is hidden too.
+_SHOWN_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?(.*)@", re.DOTALL)
+_SECRET_OPTION = re.compile(r"(?i)([?&][^=&]*(?:pass|secret|token|auth)[^=&]*=)[^&]*")
+_DIGITS = re.compile(r"[0-9]{1,9}")
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by `***` (user names are kept)."""
-    match = _USERINFO.match(url)
+    """The URL with any password replaced by `***` (user names are kept).
+
+    Option values whose name speaks of a password, secret, token or auth
+    (`sentinel_password=`) are hidden as well.
+    """
+    url = _SECRET_OPTION.sub(r"\1***", url)
+    match = _SHOWN_USERINFO.match(url)
     if match is None:
         return url
-    scheme, userinfo = match.group(1), match.group(2)
+    scheme, userinfo = match.group(1) or "", match.group(2)
     user, sep, _password = userinfo.partition(":")
     shown = f"{user}:***" if sep else user  # without ":" redis-py reads a user name
     return scheme + shown + "@" + url[match.end():]
+
+
+def parse_number(text: str) -> int | None:
+    """`text` as an int if it is 1 to 9 ASCII digits (`str.isdigit` also takes "²" and "٣"), else None."""
+    return int(text) if _DIGITS.fullmatch(text) else None
 
 
 @dataclass(frozen=True)
@@ -81,9 +97,10 @@ def _hosts(url: str, netloc: str, default_port: int) -> tuple[tuple[str, int], .
         if not host:
             raise _bad(url, "missing host")
         if port_text:
-            if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            port_number = parse_number(port_text)
+            if port_number is None or not 0 < port_number < 65536:
                 raise _bad(url, "port must be a number from 1 to 65535")
-            port = int(port_text)
+            port = port_number
         else:
             port = default_port
         hosts.append((host, port))
@@ -94,9 +111,10 @@ def _db(url: str, text: str) -> int:
     text = text.strip("/")
     if not text:
         return 0
-    if not text.isdigit():
+    number = parse_number(text)
+    if number is None:
         raise _bad(url, "database must be a number")
-    return int(text)
+    return number
 
 
 def parse_url(url: str) -> ParsedURL:
