@@ -1,0 +1,59 @@
+"""The Redis commands the brake sends, as ACL DRYRUN probes and as ACL rules to grant."""
+
+from __future__ import annotations
+
+import re
+
+from ..slot import FIELDS, script_source
+
+# Sample arguments for ACL DRYRUN of the commands the script may run ({key}: a slot key).
+_SAMPLE_ARGS: dict[str, tuple[str, ...]] = {
+    "HGET": ("{key}", "h"), "HSET": ("{key}", "h", "x"), "HMGET": ("{key}", "h"),
+    "HDEL": ("{key}", "h"), "HINCRBY": ("{key}", "n", "1"), "PEXPIRE": ("{key}", "1000"),
+    "EXPIRE": ("{key}", "10"), "SET": ("{key}", "x"), "TIME": (), "PING": (),
+}
+
+
+def script_commands() -> list[str]:
+    """The commands lua/brake.lua runs (ACL checks each of them inside the script)."""
+    found = re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", script_source())
+    return list(dict.fromkeys(name.upper() for name in found))
+
+
+def needed_commands(key: str, pattern: str, sha: str, source: str) -> list[tuple[str, ...]]:
+    """Every command the brake and its operations send, with sample arguments."""
+    argv = ("x" * 24, "3", "3600000", "tool", "session")
+    commands: list[tuple[str, ...]] = [
+        ("EVALSHA", sha, "1", key, *argv),
+        ("EVAL", source, "1", key, *argv),
+        ("SCRIPT", "LOAD", source),
+    ]
+    for name in script_commands():
+        sample = _SAMPLE_ARGS.get(name, ("{key}",))
+        commands.append((name, *(key if a == "{key}" else a for a in sample)))
+    commands += [
+        ("HMGET", key, *(f.decode() for f in FIELDS)),
+        ("PTTL", key),
+        ("SCAN", "0", "MATCH", pattern, "COUNT", "500"),
+        ("DEL", key),
+        ("PING",),
+    ]
+    unique: dict[str, tuple[str, ...]] = {}
+    for command in commands:
+        unique.setdefault(command_name(command), command)
+    return list(unique.values())
+
+
+def command_name(command: tuple[str, ...]) -> str:
+    return " ".join(command[:2]) if command[0] == "SCRIPT" else command[0]
+
+
+def needed_rules() -> str:
+    """ACL rules granting every command the brake needs (keys not included)."""
+    names = [command_name(c) for c in needed_commands("k", "k:*", "0" * 40, "")]
+    return " ".join("+" + name.lower().replace(" ", "|") for name in names)
+
+
+def grant_hint(user: str, prefix: str, commands: list[str]) -> str:
+    rules = " ".join("+" + c.lower().replace(" ", "|") for c in commands)
+    return f"ACL SETUSER {user} {rules} ~{prefix}:*  (and the same in your ACL file / on every node)"

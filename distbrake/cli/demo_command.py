@@ -1,0 +1,129 @@
+"""The `demo` command: a small fleet with one stuck agent, shown live, then summed up."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from ..urls import redact_url
+from .command_helpers import emit_json, is_memory, json_option
+from .exit_codes import EXIT_BACKEND, CliError
+from .global_options import App
+from .rendering import make_console, make_table, print_renderable
+from .run_state import current_run
+
+if TYPE_CHECKING:
+    from ..demo import DemoReport
+
+
+@click.command("demo", short_help='A small fleet with one stuck agent: watch the brake stop it.')
+@click.option("--workers", metavar="N", default=4, show_default=True,
+              type=click.IntRange(2, 32), help="Workers in the fleet (processes on Redis, "
+                                              "threads on memory://).")
+@click.option("--calls", metavar="N", default=8, show_default=True, type=click.IntRange(1, 1000),
+              help="Tool calls per agent.")
+@click.option("--keep", is_flag=True,
+              help="Leave the demo's sessions in the store (see them with `distbrake list`).")
+@click.option("--pace", metavar="SECONDS", default=None, type=click.FloatRange(0, 5),
+              help="How long each allowed tool call runs (default: 0.05 on a terminal, else 0).")
+@json_option
+@click.pass_obj
+def demo_command(
+    app: App, *, workers: int, calls: int, keep: bool, pace: float | None, as_json: bool
+) -> None:
+    """A small fleet where one agent gets stuck repeating a call, and the brake stops it.
+
+    Three agents' calls are dealt round-robin over the workers; agent
+    "bravo" gets stuck. Each worker has its own brake; the streak is shared
+    through the store, so the denial lands on a worker that saw fewer than
+    max_repeats of the identical calls itself.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from ..demo import AGENTS, STUCK_AGENT, DemoOutcome, plan_calls, run_demo
+
+    settings = app.settings()
+    current_run.backend = redact_url(settings.url or "memory://")
+    current_run.timeout = settings.timeout_seconds
+    url = settings.url or "memory://"
+    terminal = sys.stdout.isatty()
+    console = make_console()
+    limit = settings.limit_for("search") or settings.max_repeats
+    sizes = {a: len(items) for a, items in plan_calls(workers, calls, limit, "x").items()}
+    progress = Progress(
+        TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[denied]}"),
+        console=console, disable=as_json or not terminal,
+    )
+    tasks = {agent: progress.add_task(f"agent {agent}" + (" (stuck)" if agent == STUCK_AGENT else ""),
+                                      total=sizes[agent], denied="") for agent in AGENTS}
+    denied: dict[str, int] = dict.fromkeys(AGENTS, 0)
+    started = False
+
+    def on_progress(event: str, outcome: DemoOutcome | None) -> None:
+        nonlocal started
+        if event == "ready" and not started:
+            started = True
+            if not as_json:
+                kind = ("threads (memory:// is private to one process)" if is_memory(settings)
+                        else "processes")
+                console.print(Text(f"demo: {workers} worker {kind} on {current_run.backend}; agents "
+                                   f"{', '.join(AGENTS)} ({STUCK_AGENT} is stuck); "
+                                   f"max_repeats {limit}"))
+                progress.start()
+            return
+        if outcome is None:
+            return
+        if not outcome.allowed and outcome.error is None:
+            denied[outcome.agent] += 1
+            if not as_json:
+                progress.console.print(Text(
+                    f"  worker-{outcome.worker} denied agent {outcome.agent}: {outcome.tool} "
+                    f"(call {outcome.hash_prefix}) is call {outcome.count} in a row, "
+                    f"limit {outcome.limit}", style="red" if terminal else ""))
+        progress.update(tasks[outcome.agent], advance=1,
+                        denied=f"denied {denied[outcome.agent]}" if denied[outcome.agent] else "")
+
+    try:
+        report = run_demo(url, workers=workers, calls=calls, max_repeats=app.max_repeats,
+                          key_prefix=app.key_prefix, timeout_seconds=app.timeout, keep=keep,
+                          pace=(0.05 if terminal and not as_json else 0.0) if pace is None else pace,
+                          progress=on_progress)
+    finally:
+        progress.stop()
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        _print_demo(report, console, terminal, keep)
+    if report.errors:
+        raise CliError("demo workers could not reach the backend: " + "; ".join(report.errors),
+                       EXIT_BACKEND, "unreachable")
+
+
+def _print_demo(report: DemoReport, console: Console, terminal: bool, keep: bool) -> None:
+    table = make_table("worker", "runs as",
+                   "calls", "allowed", "denied", f"{report.stuck_agent}'s repeats", "denied agent",
+                   title="fleet")
+    for column in (2, 3, 4, 5):
+        table.columns[column].justify = "right"
+    for worker in report.workers:
+        table.add_row(
+            f"worker-{worker.worker}", worker.label, str(worker.calls), str(worker.allowed),
+            Text(str(worker.denied), style="red" if terminal and worker.denied else ""),
+            str(worker.stuck_calls), ", ".join(worker.denied_agents) or "-",
+        )
+    print_renderable(console, table)
+    denied_on = sorted({f"worker-{o.worker}" for o in report.outcomes
+                        if not o.allowed and o.error is None})
+    console.print(Text(
+        f"calls made: {report.calls}, denied: {report.denied} (on {', '.join(denied_on) or 'none'}), "
+        f"in {report.elapsed_seconds:.2f} s"))
+    if report.proof is not None:
+        console.print(Text(report.proof.sentence(),
+                           style=("bold green" if report.proof.holds else "yellow") if terminal else ""))
+    if keep:
+        console.print(Text("the demo's sessions were kept: distbrake list --match 'demo-*'"))

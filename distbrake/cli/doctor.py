@@ -1,0 +1,301 @@
+"""The checks of `distbrake doctor`, in order, and their report as text or JSON (no click here)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions
+from rich.text import Text
+
+from ..errors import ConfigurationError, LoopBrakeError
+from ..redis_brake import DistributedBrake
+from ..settings import BrakeSettings, value_sources
+from ..slot import script_source
+from ..urls import parse_url, redact_url
+from .acl_requirements import command_name, grant_hint, needed_commands, needed_rules
+from .backend_problems import backend_problem
+from .exit_codes import EXIT_BACKEND
+from .global_options import App
+from .rendering import make_console, make_table, print_renderable
+from .run_state import current_run, one_line, scrub
+from .session_view import ttl_text
+
+
+@dataclass
+class Finding:
+    name: str
+    status: str  # ok | warn | fail | skip
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "detail": one_line(self.detail),
+                "fix": one_line(self.fix)}
+
+
+def _nodes(client: Any, label: str) -> list[tuple[str, Any]]:
+    """(name, per-node client) of each primary: every master of a cluster, else the one."""
+    primaries = getattr(client, "get_primaries", None)
+    if callable(primaries):
+        return [(str(node.name), client.get_redis_connection(node)) for node in primaries()]
+    return [(label, client)]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _unknown_command(error: BaseException) -> bool:
+    text = str(error).lower()
+    return isinstance(error, redis.exceptions.ResponseError) and (
+        "unknown command" in text or "unknown subcommand" in text or "not found" in text
+    )
+
+
+class Doctor:
+    """The checks of `distbrake doctor`, in order; any "fail" makes the exit code 4."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.findings: list[Finding] = []
+        self.server: dict[str, Any] = {"mode": None, "version": None, "nodes": []}
+        self.latency_ms: float | None = None
+        self.config: dict[str, dict[str, Any]] = {}
+
+    def add(self, name: str, status: str, detail: str, fix: str = "") -> None:
+        self.findings.append(Finding(name, status, detail, fix))
+
+    def fail_backend(self, name: str, error: BaseException) -> None:
+        _, what, fix = backend_problem(error)
+        self.add(name, "fail", what, fix)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.status != "fail" for f in self.findings)
+
+    def run(self) -> None:
+        try:
+            settings = self.app.settings()
+        except ConfigurationError as error:
+            self.add("configuration", "fail", str(error),
+                     "correct the value named above (command-line option or DISTBRAKE_* variable)")
+            return
+        self.configuration(settings)
+        current_run.backend = redact_url(settings.url or "memory://")
+        current_run.timeout = settings.timeout_seconds
+        parsed = parse_url(settings.url or "memory://")
+        try:
+            brake = DistributedBrake.from_url(settings=settings.model_copy(
+                update={"on_backend_error": "closed"}))
+        except Exception as error:  # a cluster client connects when built
+            self.fail_backend("connect", error)
+            return
+        try:
+            if self.connect(brake):
+                nodes = _nodes(brake.client, current_run.backend)
+                if self.server_info(parsed.kind, nodes):
+                    self.script(nodes)
+                    self.permissions(brake, nodes)
+                    self.end_to_end(brake, nodes)
+        finally:
+            with contextlib.suppress(Exception):
+                brake.close()
+
+    def configuration(self, settings: BrakeSettings) -> None:
+        sources = value_sources(self.app.given())
+        for name in BrakeSettings.model_fields:
+            value: Any = getattr(settings, name)
+            if name == "url":
+                value = redact_url(value or "memory://")
+            elif isinstance(value, frozenset):
+                value = sorted(value)
+            self.config[name] = {"value": value, "source": sources.get(name, "default")}
+        self.add("configuration", "ok", "valid (sources below)")
+
+    def connect(self, brake: DistributedBrake) -> bool:
+        samples = []
+        try:
+            for _ in range(5):
+                start = time.perf_counter()
+                brake.ping()
+                samples.append((time.perf_counter() - start) * 1000)
+        except Exception as error:
+            self.fail_backend("connect", error)
+            return False
+        self.latency_ms = statistics.median(samples)
+        self.add("connect", "ok", f"PONG from {current_run.backend}")
+        self.add("latency", "ok", f"{self.latency_ms:.2f} ms round trip (median of 5 PINGs)")
+        return True
+
+    def server_info(self, kind: str, nodes: list[tuple[str, Any]]) -> bool:
+        if kind == "memory":
+            from importlib.metadata import version
+
+            self.server.update(mode="embedded", version=f"fakeredis {version('fakeredis')}",
+                               nodes=["memory"])
+            self.add("server", "ok", f"embedded {self.server['version']} (in this process only: "
+                     "a fleet needs a Redis URL)")
+            return True
+        versions, modes, policies = set(), set(), set()
+        for name, client in nodes:
+            try:
+                server = client.info("server")
+                memory = client.info("memory")
+            except redis.exceptions.NoPermissionError as error:
+                self.add("server", "warn", f"{name}: may not run INFO ({one_line(str(error))})",
+                         "optional: grant +info to see the server version and mode here")
+                self.server["nodes"] = [n for n, _ in nodes]
+                self.server["mode"] = {"cluster": "cluster", "sentinel": "sentinel"}.get(kind, "single")
+                return True
+            except Exception as error:
+                self.fail_backend("server", error)
+                return False
+            versions.add(str(server.get("redis_version", "?")))
+            modes.add(str(server.get("redis_mode", "standalone")))
+            policies.add((str(memory.get("maxmemory_policy", "?")), int(memory.get("maxmemory", 0))))
+        mode = "sentinel" if kind == "sentinel" else ("cluster" if "cluster" in modes else "single")
+        self.server.update(mode=mode, version=", ".join(sorted(versions)), nodes=[n for n, _ in nodes])
+        where = f"{len(nodes)} master(s)" if mode == "cluster" else "1 node"
+        self.add("server", "ok", f"Redis {self.server['version']}, mode {mode} ({where})")
+        if kind in ("redis", "unix") and "cluster" in modes:
+            self.add("mode", "fail", "the server is a Redis Cluster node but the URL is for a single "
+                     "node: keys in other slots would fail with MOVED",
+                     "use redis+cluster://host:port[,host:port...]")
+            return False
+        evicting = sorted(p for p, limit in policies if limit and p != "noeviction")
+        if evicting:
+            self.add("memory policy", "warn",
+                     f"maxmemory is set with policy {', '.join(evicting)}: idle streaks may be "
+                     "evicted early under memory pressure",
+                     "fine for most fleets (a looping session is never idle); use noeviction "
+                     "or more memory if every streak must live its full TTL")
+        return True
+
+    def script(self, nodes: list[tuple[str, Any]]) -> None:
+        source = script_source()
+        expected = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+        for name, client in nodes:
+            try:
+                sha = _text(client.script_load(source))
+            except Exception as error:
+                self.fail_backend("script", error)
+                return
+            if sha != expected:
+                self.add("script", "fail", f"{name}: SCRIPT LOAD returned {sha}, expected {expected}",
+                         "the server altered the script: check for a proxy rewriting commands")
+                return
+        self.add("script", "ok", f"lua/brake.lua loads (sha {expected[:12]}) on {len(nodes)} node(s)")
+
+    def permissions(self, brake: DistributedBrake, nodes: list[tuple[str, Any]]) -> None:
+        source = script_source()
+        sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+        key = brake.key("distbrake-doctor-probe")
+        commands = needed_commands(key, brake.key_pattern, sha, source)
+        denied: dict[str, str] = {}
+        user = "default"
+        for name, client in nodes:
+            try:
+                user = _text(client.execute_command("ACL", "WHOAMI"))
+                for command in commands:
+                    answer = _text(client.execute_command("ACL", "DRYRUN", user, *command))
+                    if answer != "OK":
+                        denied.setdefault(command_name(command), f"{name}: {answer}")
+            except redis.exceptions.NoPermissionError:
+                self.add("permissions", "warn",
+                         "this user may not run ACL WHOAMI / ACL DRYRUN, so its permissions "
+                         "cannot be listed (the end-to-end check below still exercises them)",
+                         "optional: grant +acl|whoami +acl|dryrun for a full report; the brake "
+                         f"needs {needed_rules()} on ~{brake.settings.key_prefix}:*")
+                return
+            except Exception as error:
+                if _unknown_command(error):
+                    self.add("permissions", "skip",
+                             "ACL DRYRUN is not available on this server (Redis < 7 or embedded)")
+                    return
+                self.fail_backend("permissions", error)
+                return
+        if denied:
+            first = next(iter(denied.values()))
+            self.add("permissions", "fail",
+                     f"user {user!r} may not run: {', '.join(denied)} on keys {brake.key_pattern} "
+                     f"({one_line(first)})",
+                     "grant them, e.g. " + grant_hint(user, brake.settings.key_prefix, list(denied)))
+            return
+        names = ", ".join(command_name(c) for c in commands)
+        self.add("permissions", "ok", f"user {user!r} may run {names} on {brake.settings.key_prefix}:*")
+
+    def end_to_end(self, brake: DistributedBrake, nodes: list[tuple[str, Any]]) -> None:
+        session = f"distbrake-doctor-{uuid.uuid4().hex[:12]}"
+        try:
+            verdict = brake.check("distbrake-doctor", {"probe": session}, session_id=session)
+            state = brake.inspect(session)
+            removed = brake.clear(session)
+            for _, client in nodes:
+                client.scan(0, match=brake.key_pattern, count=10)
+        except Exception as error:
+            with contextlib.suppress(Exception):
+                brake.clear(session)
+            if isinstance(error, LoopBrakeError):
+                self.add("end-to-end", "fail", f"a first call was denied: {error}",
+                         "max_repeats must be at least 2 for a brake that allows anything")
+                return
+            self.fail_backend("end-to-end", error)
+            return
+        if state is None or state.count != verdict.count or not removed:
+            self.add("end-to-end", "fail",
+                     f"check counted {verdict.count}, inspect read {state and state.count}, "
+                     f"clear removed {removed}",
+                     "another process may share this key prefix with a different layout: "
+                     "use a dedicated --key-prefix")
+            return
+        self.add("end-to-end", "ok",
+                 f"check counted {verdict.count}, inspect read it back (ttl "
+                 f"{ttl_text(state.ttl_seconds)}), clear removed it, SCAN allowed")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "backend": current_run.backend,
+            "mode": self.server["mode"],
+            "server_version": self.server["version"],
+            "nodes": self.server["nodes"],
+            "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 3),
+            "checks": [f.to_json() for f in self.findings],
+            "config": self.config,
+        }
+
+    def print(self) -> None:
+        console = make_console()
+        terminal = sys.stdout.isatty()
+        styles = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+        console.print(Text(f"distbrake doctor: {current_run.backend}", style="bold" if terminal else ""))
+        table = make_table("", "check", "result")
+        for finding in self.findings:
+            result = Text(one_line(finding.detail))
+            if finding.fix and finding.status in ("fail", "warn"):
+                result.append(f"\nfix: {one_line(finding.fix)}", style="cyan" if terminal else "")
+            table.add_row(Text(finding.status.upper() if finding.status == "fail" else finding.status,
+                               style=styles.get(finding.status, "") if terminal else ""),
+                          finding.name, result)
+        print_renderable(console, table)
+        if self.config:
+            config = make_table("setting", "value", "source", title="effective configuration")
+            for name, item in self.config.items():
+                value = item["value"]
+                shown = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+                config.add_row(name, Text(scrub(shown)), item["source"])
+            print_renderable(console, config)
+        failed = [f.name for f in self.findings if f.status == "fail"]
+        if failed:
+            console.print(Text(f"problems: {', '.join(failed)} (exit {EXIT_BACKEND})",
+                               style="bold red" if terminal else ""))
+        else:
+            console.print(Text("all good", style="green" if terminal else ""))

@@ -1,0 +1,205 @@
+"""The `inspect`, `list` and `clear` commands: read and forget the streaks in the store."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from ..base import SessionState
+from ..urls import redact_url
+from .command_helpers import emit_json, json_option, memory_hint
+from .exit_codes import EXIT_NOT_FOUND, EXIT_USAGE, CliError
+from .global_options import App
+from .rendering import make_console, make_table, print_renderable
+from .run_state import current_run
+from .session_view import iso_time, limit_text, span_text, state_json, status_text, ttl_text
+
+# -- inspect -----------------------------------------------------------------------------------
+
+
+@click.command("inspect", short_help="One session's streak (exit 1 when there is none).")
+@click.argument("session")
+@json_option
+@click.pass_obj
+def inspect_command(app: App, session: str, as_json: bool) -> None:
+    """Show SESSION's streak: tool, call hash prefix, count, limit, TTL, last update.
+
+    Exit 1 when the session has no streak (never seen, cleared or expired).
+    """
+    with app.open() as brake:
+        state = brake.inspect(session)
+        settings = brake.settings
+    if state is None:
+        if as_json:
+            emit_json({"found": False, "session_id": session})
+        else:
+            make_console(stderr=True).print(Text(
+                f"distbrake: no streak for session {session!r} in {current_run.backend} "
+                f"(prefix {settings.key_prefix!r}): never seen, cleared, or expired"))
+            memory_hint(settings)
+        raise click.exceptions.Exit(EXIT_NOT_FOUND)
+    data = state_json(state, settings)
+    if as_json:
+        emit_json({"found": True, **data})
+        return
+    now = time.time()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold" if sys.stdout.isatty() else "")
+    grid.add_column()
+    grid.add_row("session", Text(state.session_id))
+    grid.add_row("tool", Text(state.tool_name))
+    grid.add_row("call", Text(f"{state.hash_prefix}  (hash prefix; `distbrake hash` computes it)"))
+    grid.add_row("count", Text(f"{state.count} identical call(s) in a row"))
+    grid.add_row("limit", Text(limit_text(data)))
+    if data["limit"] is None:
+        verdict = Text("allowed (the tool is exempt)")
+    elif data["next_denied"]:
+        verdict = Text(
+            f"DENIED: an identical call now would be call {state.count + 1} in a row "
+            f"(count + 1 >= limit {data['limit']})", style="bold red")
+    else:
+        verdict = Text(
+            f"allowed: an identical call now would be call {state.count + 1} of "
+            f"{data['limit']} (denied from {data['limit']})", style="green")
+    grid.add_row("next identical", verdict)
+    grid.add_row("ttl", Text(ttl_text(state.ttl_seconds)))
+    grid.add_row("last update", Text(
+        f"{iso_time(state.updated_at)} ({span_text(now - state.updated_at)} ago)" if state.updated_at
+        else "unknown"))
+    print_renderable(make_console(), grid)
+
+
+# -- list ---------------------------------------------------------------------------------------
+
+
+@click.command("list", short_help='Sessions with streaks, longest first.')
+@click.option("--match", "match", metavar="GLOB", default=None,
+              help="Only session ids matching this glob (fnmatch, case-sensitive).")
+@click.option("--min-count", metavar="N", default=1, show_default=True,
+              type=click.IntRange(min=1), help="Only streaks of at least N identical calls.")
+@click.option("--limit", "limit", metavar="N", default=50, show_default=True,
+              type=click.IntRange(min=0), help="Show at most N sessions (0: all).")
+@json_option
+@click.pass_obj
+def list_command(
+    app: App, match: str | None, min_count: int, limit: int, as_json: bool
+) -> None:
+    """Sessions with streaks, longest first; streaks at or over the limit are flagged.
+
+    Uses SCAN (never KEYS), on one node or every node of a cluster.
+    """
+    import heapq
+
+    matched = 0
+
+    def wanted(states: Iterator[SessionState]) -> Iterator[SessionState]:
+        nonlocal matched
+        for state in states:
+            if state.count >= min_count:
+                matched += 1
+                yield state
+
+    def order(state: SessionState) -> tuple[int, float, str]:
+        return (state.count, state.updated_at, state.session_id)
+
+    with app.open() as brake:
+        settings = brake.settings
+        found = wanted(brake.sessions(match))
+        top = heapq.nlargest(limit, found, key=order) if limit else sorted(
+            found, key=order, reverse=True)
+    rows = [state_json(state, settings) for state in top]
+    if as_json:
+        emit_json({
+            "sessions": rows, "matched": matched, "shown": len(rows),
+            "truncated": matched > len(rows), "match": match, "min_count": min_count,
+            "key_prefix": settings.key_prefix, "max_repeats": settings.max_repeats,
+        })
+        return
+    console = make_console()
+    if not rows:
+        console.print(Text(
+            f"no streaks in {current_run.backend} (prefix {settings.key_prefix!r}"
+            + (f", match {match!r}" if match else "")
+            + (f", min count {min_count}" if min_count > 1 else "") + ")"))
+        memory_hint(settings)
+        return
+    now = time.time()
+    table = make_table("session", "tool", "call", "count", "limit", "status", "ttl", "updated")
+    for column in (3, 4):
+        table.columns[column].justify = "right"
+    for data in rows:
+        table.add_row(
+            Text(data["session_id"]), Text(data["tool_name"]), data["hash_prefix"],
+            str(data["count"]), "-" if data["limit"] is None else str(data["limit"]),
+            status_text(data),
+            "none" if data["ttl_seconds"] is None else span_text(data["ttl_seconds"]),
+            f"{span_text(now - data['updated_at'])} ago" if data["updated_at"] else "",
+        )
+    print_renderable(console, table)
+    denying = sum(1 for d in rows if d["denying"])
+    summary = f"{len(rows)} of {matched} session(s) shown"
+    if matched > len(rows):
+        summary += " (longest first; --limit 0 shows all)"
+    if denying:
+        summary += f"; {denying} at or over the limit (their identical calls are being denied)"
+    console.print(Text(summary))
+
+
+# -- clear ---------------------------------------------------------------------------------------
+
+
+@click.command("clear", short_help='Forget streaks: SESSION... or --all --yes.')
+@click.argument("sessions", nargs=-1, metavar="[SESSION]...")
+@click.option("--all", "clear_all", is_flag=True, help="Clear every session under the key prefix.")
+@click.option("--yes", is_flag=True, help="Confirm --all.")
+@json_option
+@click.pass_obj
+def clear_command(
+    app: App, sessions: tuple[str, ...], clear_all: bool, yes: bool, as_json: bool
+) -> None:
+    """Forget the streaks of SESSION... (or of every session with --all --yes).
+
+    Clearing a session that has no streak is not an error; the count says
+    how many streaks were actually removed.
+    """
+    if clear_all and sessions:
+        raise click.UsageError("give SESSION names or --all, not both")
+    if not clear_all and not sessions:
+        raise click.UsageError("name at least one SESSION, or use --all --yes")
+    if clear_all and not yes:
+        settings = app.settings()
+        raise CliError(
+            f"refusing to clear every session under prefix {settings.key_prefix!r} on "
+            f"{redact_url(settings.url or 'memory://')} without --yes",
+            EXIT_USAGE, "usage",
+        )
+    with app.open() as brake:
+        settings = brake.settings
+        if clear_all:
+            cleared = brake.clear_all()
+            results: dict[str, bool] | None = None
+        else:
+            results = {session: brake.clear(session) for session in dict.fromkeys(sessions)}
+            cleared = sum(results.values())
+    if as_json:
+        data: dict[str, Any] = {"cleared": cleared, "all": clear_all,
+                                "key_prefix": settings.key_prefix}
+        if results is not None:
+            data["sessions"] = results
+        emit_json(data)
+        return
+    if results is None:
+        click.echo(f"cleared {cleared} session(s) under prefix {settings.key_prefix!r} "
+                   f"on {current_run.backend}")
+        return
+    missing = [s for s, done in results.items() if not done]
+    line = f"cleared {cleared} of {len(results)} session(s)"
+    if missing:
+        line += " (no streak: " + ", ".join(repr(s) for s in missing) + ")"
+    click.echo(line)
