@@ -46,7 +46,10 @@ class _Coalescer:
         # A plain redis.asyncio client (single node, or a Sentinel-managed master)
         # gets its batches, packed once, written straight to one pooled
         # connection; Cluster and the embedded backend use the client's pipeline.
-        self._direct = type(client) is redis.asyncio.Redis
+        self._direct = (
+            type(client) is redis.asyncio.Redis
+            and type(client.connection_pool) is redis.asyncio.ConnectionPool
+        )
         self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._queue: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None

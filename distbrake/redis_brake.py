@@ -9,6 +9,9 @@ check again. Everything else is in `distributed.py`.
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +35,15 @@ class DistributedBrake(DistributedBase):
 
     def __init__(self, client: Any, **options: Any) -> None:
         super().__init__(client, **options)
-        self._direct = type(client) is redis.Redis
+        # Only a plain client on a plain pool (TCP, TLS or Unix socket): a
+        # Sentinel-managed pool must pick the master itself, so it goes the usual way.
+        self._direct = (
+            type(client) is redis.Redis and type(client.connection_pool) is redis.ConnectionPool
+        )
+        # On the direct path each thread keeps one connection of its own (made by
+        # the client's pool, never shared): no pool round trip per check.
+        self._local = threading.local()
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
     @staticmethod
     def connect(url: str, timeout: float) -> Any:
@@ -75,15 +86,25 @@ class DistributedBrake(DistributedBase):
             self.client.script_load(script_source())
             return self.client.evalsha(script_sha(), 1, key, *argv)
 
+    def _connection(self) -> Any:
+        local = self._local
+        connection = getattr(local, "connection", None)
+        if connection is None or local.pid != os.getpid():  # first use, or a forked child
+            pool = self.client.connection_pool  # its settings, outside its count of connections
+            connection = pool.connection_class(**pool.connection_kwargs)
+            local.connection, local.pid = connection, os.getpid()
+            self._connections.add(connection)
+        return connection
+
     def _on_connection(self, packed: bytes) -> Any:
-        """Send one packed EVALSHA on a pooled connection and read its reply.
+        """Send one packed EVALSHA on this thread's connection and read its reply.
 
         A connection error or timeout is retried once on a fresh connection,
         as the client's `Retry(NoBackoff(), 1)` would; NOSCRIPT loads the
-        script and sends again.
+        script and sends again. Interrupted half-way, the connection is
+        dropped, so no unread reply is ever left on it.
         """
-        pool = self.client.connection_pool
-        connection = pool.get_connection()
+        connection = self._connection()
         try:
             for attempt in (1, 2):
                 try:
@@ -99,9 +120,10 @@ class DistributedBrake(DistributedBase):
                     connection.disconnect()
                     if attempt == 2:
                         raise
-            raise AssertionError("unreachable")  # pragma: no cover
-        finally:
-            pool.release(connection)
+            raise AssertionError("unreachable")  # pragma: no cover  # noqa: TRY301
+        except BaseException:
+            connection.disconnect()
+            raise
 
     # -- operations -------------------------------------------------------------------
 
@@ -144,6 +166,8 @@ class DistributedBrake(DistributedBase):
 
     def close(self) -> None:
         """Close the client's connections (a brake built from a URL owns its client)."""
+        for connection in list(self._connections):
+            connection.disconnect()
         close = getattr(self.client, "close", None)
         if callable(close):
             close()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 from .base import PreparedCall, SessionState
 from .errors import ScriptReplyError
@@ -55,15 +56,22 @@ def _evalsha_head() -> bytes:
 
 
 def resp_evalsha(key: str, argv: tuple[bytes | int, ...]) -> bytes:
-    """One `EVALSHA <sha> 1 key argv...` in Redis's wire format, packed once.
+    """One `EVALSHA <sha> 1 key argv...` in Redis's wire format.
 
-    The sync and async brakes write this straight to a pooled redis-py
-    connection on a single node (no per-argument encoding on the hot path).
+    The sync and async brakes write this straight to a redis-py connection on
+    a single node. Only ARGV[1] (the call) changes between checks of one
+    session and tool, so the rest is packed once and cached.
     """
-    parts = [b"*%d\r\n" % (4 + len(argv)), _evalsha_head(), _bulk(key.encode("utf-8"))]
-    for arg in argv:
-        parts.append(_bulk(arg if isinstance(arg, bytes) else b"%d" % arg))
-    return b"".join(parts)
+    head, tail = _packed_parts(key, argv[1:])
+    call = cast(bytes, argv[0])  # encode_call always puts the call's bytes first
+    return head + _bulk(call) + tail
+
+
+@lru_cache(maxsize=4096)
+def _packed_parts(key: str, rest: tuple[bytes | int, ...]) -> tuple[bytes, bytes]:
+    head = b"*%d\r\n" % (5 + len(rest)) + _evalsha_head() + _bulk(key.encode("utf-8"))
+    tail = b"".join(_bulk(arg if isinstance(arg, bytes) else b"%d" % arg) for arg in rest)
+    return head, tail
 
 
 def resp_script_load() -> bytes:
