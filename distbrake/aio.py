@@ -12,6 +12,7 @@ again.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -153,7 +154,8 @@ class _Coalescer:
                     replies: list[Any] = []
                     for _ in batch:
                         try:
-                            replies.append(await connection.read_response())
+                            # No per-read timer: the batch's deadline bounds every read.
+                            replies.append(await connection.read_response(timeout=math.inf))
                         except redis.exceptions.ResponseError as error:
                             replies.append(error)
                     return replies
