@@ -53,7 +53,7 @@ _ORJSON_OPTIONS = (
 # float ("1.0", "-0.0": JavaScript writes "1", "0") or an exponent
 # ("1e+20", "1e-5": JavaScript writes "100000000000000000000", "0.00001").
 # The same bytes may stand inside a string ("v1.0,"); `_fix_floats` checks.
-_INTEGRAL_ENDS = (b".0,", b".0]", b".0}")
+_INTEGRAL_END = re.compile(rb"\.0(?:[,\]}]|\Z)")
 _EXPONENTS = (b"e+", b"e-")
 _DIGITS = frozenset(b"0123456789")
 _NUMBER_BYTES = frozenset(b"0123456789.eE+-")
@@ -121,14 +121,9 @@ def js_number(value: float) -> str:
 
 def _float_candidates(data: bytes) -> list[int]:
     """Positions of "." in ".0," (etc.) and of "e" in "<digit>e+" / "<digit>e-"."""
-    found: list[int] = []
-    for pattern in _INTEGRAL_ENDS:
-        at = data.find(pattern)
-        while at != -1:
-            found.append(at)
-            at = data.find(pattern, at + 3)
-    if data.endswith(b".0"):
-        found.append(len(data) - 2)
+    # One regex pass for the integral ends (its literal prefix makes it faster
+    # than three `find` loops); `find` for the exponents.
+    found = [match.start() for match in _INTEGRAL_END.finditer(data)]
     for pattern in _EXPONENTS:
         at = data.find(pattern)
         while at != -1:
