@@ -28,7 +28,9 @@ import asyncio
 import hashlib
 import json
 import random
+import shutil
 import statistics
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -40,8 +42,9 @@ from .connect import async_client, sync_client
 from .errors import LoopBrakeError
 from .identity import call_hash
 from .redis_brake import DistributedBrake
+from .slot import script_source
 from .streak import LoopBrake
-from .urls import parse_url, redact_url
+from .urls import ParsedURL, parse_url, redact_url
 
 __all__ = [
     "BenchReport",
@@ -116,9 +119,10 @@ def _ratio_figure(
     ratio = ours / floor if floor > 0 else float("inf")
     if at_most is not None:
         target, passed = f"<= {at_most:g}x", ratio <= at_most
-    else:
-        assert at_least is not None
+    elif at_least is not None:
         target, passed = f">= {at_least:g}x", ratio >= at_least
+    else:
+        raise ValueError("a ratio figure needs at_most or at_least")
     return Figure(key, name, unit, ours, floor, ratio, target, passed, note, samples)
 
 
@@ -337,6 +341,74 @@ def memory_per_session(
     )
 
 
+# -- (e) server cost ------------------------------------------------------------------------
+
+
+def _benchmark_rate(parsed: ParsedURL, command: list[str], requests: int) -> float:
+    host, port = parsed.hosts[0]
+    argv = ["redis-benchmark", "-h", host, "-p", str(port), "-n", str(requests), "-P", "16",
+            "-q", "-r", "100000", "--dbnum", str(parsed.db)]
+    if parsed.username:
+        argv += ["--user", parsed.username]
+    if parsed.password:
+        argv += ["-a", parsed.password, "--no-auth-warning"]
+    out = subprocess.run(
+        argv + command, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    lines = [line for line in out.replace("\r", "\n").split("\n") if "requests per second" in line]
+    if not lines:
+        raise RuntimeError("redis-benchmark printed no rate")
+    return float(lines[-1].rsplit(":", 1)[1].split()[0])
+
+
+def server_cost(url: str, *, requests: int = 200_000, timeout_seconds: float = 5.0) -> Figure:
+    """Server throughput of the brake's script vs `EVALSHA return 1`, both with redis-benchmark -P 16.
+
+    Only on a single node reached over TCP without TLS; the script's keys go
+    under a dedicated prefix with a one-minute TTL and are deleted afterwards.
+    """
+    name, target = "server cost: script rate vs return 1 (-P 16)", ">= 0.25x"
+    parsed = parse_url(url)
+    if parsed.kind != "redis" or parsed.tls or shutil.which("redis-benchmark") is None:
+        return Figure(
+            "server_cost", name, "req/s", None, None, None, target, None,
+            "skipped: needs redis-benchmark on PATH and a redis:// single node",
+        )
+    client = sync_client(url, timeout_seconds)
+    prefix = f"bench{uuid.uuid4().hex[:4]}"
+    try:
+        floor_sha = client.script_load("return 1")
+        ours_sha = client.script_load(script_source())
+        call = "A" * 16 + "B" * 5  # ARGV[1]: 16 bytes of call hash + 5 of call id
+        floor = _benchmark_rate(parsed, ["EVALSHA", floor_sha, "0"], requests)
+        ours = _benchmark_rate(
+            parsed,
+            ["EVALSHA", ours_sha, "1", f"{prefix}:__rand_int__", call, "1000000", "60000",
+             "\x06searchbench-session"],
+            requests,
+        )
+        for batch in _batched(client.scan_iter(match=f"{prefix}:*", count=1000), 1000):
+            client.delete(*batch)
+    finally:
+        client.close()
+    return _ratio_figure(
+        "server_cost", name, "req/s", ours, floor, at_least=0.25,
+        note=f"redis-benchmark -n {requests} -P 16 -r 100000; keys under {prefix!r} deleted",
+        samples=requests,
+    )
+
+
+def _batched(items: Any, size: int) -> Any:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 # -- (d) in process -------------------------------------------------------------------------
 
 
@@ -450,6 +522,7 @@ STAGES = {
     "memory_per_session": ("Redis memory per session", "bytes", "<= 240 B"),
     "inprocess_check": ("in-process LoopBrake.check", "µs", "<= 1.5x"),
     "call_hash_1mb": ("call_hash of a ~1 MB dict", "ms", "<= 0.5x"),
+    "server_cost": ("server cost: script rate vs return 1 (-P 16)", "req/s", ">= 0.25x"),
 }
 
 
@@ -497,6 +570,8 @@ def run_bench(
             (lambda: call_hash_1mb(repeats=3, step=step))
             if quick else (lambda: call_hash_1mb(step=step))
         ),
+        "server_cost": lambda: server_cost(
+            url, requests=20_000 if quick else 200_000, timeout_seconds=t),
     }
     figures = []
     unknown = sorted(set(only) - set(STAGES))

@@ -32,7 +32,7 @@ def _figure_value(value: float | None, unit: str) -> str:
               help="Sessions for the memory figure (default 20000; --quick 2000).")
 @click.option("--only", "only", multiple=True, metavar="FIGURE",
               type=click.Choice(["sync_check_latency", "async_throughput", "memory_per_session",
-                                 "inprocess_check", "call_hash_1mb"]),
+                                 "inprocess_check", "call_hash_1mb", "server_cost"]),
               help="Measure only this figure (repeatable).")
 @json_option
 @click.pass_obj
@@ -47,6 +47,7 @@ def bench_command(
     (c) Redis memory per session (real Redis only)               target <= 240 B
     (d) LoopBrake.check vs sha256(json.dumps(args, sort_keys))   target <= 1.5x
         call_hash of ~1 MB vs json.dumps(sort_keys) + sha256     target <= 0.5x
+    (e) server cost: redis-benchmark -P 16, script vs return 1   target >= 0.25x
 
     The memory figure writes N short-lived keys under a dedicated prefix and
     clears them: run it only on a server you may fill.
