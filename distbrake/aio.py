@@ -234,7 +234,7 @@ class AsyncDistributedBrake(DistributedBase):
     async def inspect(self, session_id: str) -> SessionState | None:
         """The session's slot, or None when it has none (never seen, cleared or expired)."""
         pipe = self.queue_state_reads(self.client.pipeline(transaction=False), [self.key(session_id)])
-        states = self.decode_states(await pipe.execute(), None)
+        states = self.decode_states(await pipe.execute(), await self.client.time(), None)
         return states[0] if states else None
 
     async def clear(self, session_id: str) -> bool:
@@ -255,7 +255,8 @@ class AsyncDistributedBrake(DistributedBase):
         """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
         async for keys in self._key_batches():
             pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
-            for state in self.decode_states(await pipe.execute(raise_on_error=False), match):
+            replies = await pipe.execute(raise_on_error=False)
+            for state in self.decode_states(replies, await self.client.time(), match):
                 yield state
 
     async def clear_all(self) -> int:

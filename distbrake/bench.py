@@ -344,10 +344,13 @@ def memory_per_session(
 # -- (e) server cost ------------------------------------------------------------------------
 
 
+SERVER_COST_SESSIONS = 10_000
+
+
 def _benchmark_rate(parsed: ParsedURL, command: list[str], requests: int) -> float:
     host, port = parsed.hosts[0]
     argv = ["redis-benchmark", "-h", host, "-p", str(port), "-n", str(requests), "-P", "16",
-            "-q", "-r", "100000", "--dbnum", str(parsed.db)]
+            "-q", "-r", str(SERVER_COST_SESSIONS), "--dbnum", str(parsed.db)]
     if parsed.username:
         argv += ["--user", parsed.username]
     if parsed.password:
@@ -380,20 +383,21 @@ def server_cost(url: str, *, requests: int = 200_000, timeout_seconds: float = 5
         floor_sha = client.script_load("return 1")
         ours_sha = client.script_load(script_source())
         call = "A" * 16 + "B" * 5  # ARGV[1]: 16 bytes of call hash + 5 of call id
-        floor = _benchmark_rate(parsed, ["EVALSHA", floor_sha, "0"], requests)
-        ours = _benchmark_rate(
-            parsed,
-            ["EVALSHA", ours_sha, "1", f"{prefix}:__rand_int__", call, "1000000", "60000",
-             "\x06searchbench-session"],
-            requests,
-        )
+        ours_command = ["EVALSHA", ours_sha, "1", f"{prefix}:__rand_int__", call, "1000000",
+                        "60000", "\x06searchbench-session"]
+        floors, ourses = [], []
+        for _ in range(3):  # alternate, and take medians: the two share the machine's cores
+            floors.append(_benchmark_rate(parsed, ["EVALSHA", floor_sha, "0"], requests))
+            ourses.append(_benchmark_rate(parsed, ours_command, requests))
+        floor, ours = statistics.median(floors), statistics.median(ourses)
         for batch in _batched(client.scan_iter(match=f"{prefix}:*", count=1000), 1000):
             client.delete(*batch)
     finally:
         client.close()
     return _ratio_figure(
         "server_cost", name, "req/s", ours, floor, at_least=0.25,
-        note=f"redis-benchmark -n {requests} -P 16 -r 100000; keys under {prefix!r} deleted",
+        note=(f"redis-benchmark -n {requests} -P 16 -r {SERVER_COST_SESSIONS} (sessions checked "
+              f"again and again, as in production), 3 alternating runs; keys under {prefix!r} deleted"),
         samples=requests,
     )
 

@@ -16,7 +16,15 @@ import redis.exceptions
 from .base import BrakeBase, PreparedCall, SessionState, Verdict
 from .policy import FailureHandler
 from .settings import BrakeSettings, FailurePolicy, load_settings
-from .slot import FIELDS, decode_reply, decode_state, encode_call, key_pattern, session_key
+from .slot import (
+    FIELDS,
+    decode_reply,
+    decode_state,
+    encode_call,
+    key_pattern,
+    redis_time,
+    session_key,
+)
 from .urls import parse_url, redact_url
 from .wrap import GuardMixin
 
@@ -144,13 +152,14 @@ class DistributedBase(GuardMixin, BrakeBase):
         return pipe
 
     @staticmethod
-    def decode_states(replies: list[Any], match: str | None) -> list[SessionState]:
-        """Pipeline replies of `queue_state_reads` as states, filtered by a session glob."""
+    def decode_states(replies: list[Any], time_reply: Any, match: str | None) -> list[SessionState]:
+        """Replies of `queue_state_reads` (and of a TIME) as states, filtered by a session glob."""
+        now = redis_time(time_reply)
         states = []
         for index in range(0, len(replies), 2):
             if isinstance(replies[index], Exception):  # not a hash: someone else's key, not a slot
                 continue
-            state = decode_state(replies[index], replies[index + 1])
+            state = decode_state(replies[index], replies[index + 1], now)
             if state is not None and (match is None or fnmatchcase(state.session_id, match)):
                 states.append(state)
         return states

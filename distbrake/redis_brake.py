@@ -130,7 +130,7 @@ class DistributedBrake(DistributedBase):
     def inspect(self, session_id: str) -> SessionState | None:
         """The session's slot, or None when it has none (never seen, cleared or expired)."""
         pipe = self.queue_state_reads(self.client.pipeline(transaction=False), [self.key(session_id)])
-        states = self.decode_states(pipe.execute(), None)
+        states = self.decode_states(pipe.execute(), self.client.time(), None)
         return states[0] if states else None
 
     def clear(self, session_id: str) -> bool:
@@ -151,7 +151,9 @@ class DistributedBrake(DistributedBase):
         """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
         for keys in self._key_batches():
             pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
-            yield from self.decode_states(pipe.execute(raise_on_error=False), match)
+            yield from self.decode_states(
+                pipe.execute(raise_on_error=False), self.client.time(), match
+            )
 
     def clear_all(self) -> int:
         """Forget every session under this prefix (and nothing else); returns how many."""

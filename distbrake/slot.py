@@ -26,6 +26,7 @@ __all__ = [
     "decode_state",
     "encode_call",
     "key_pattern",
+    "redis_time",
     "resp_evalsha",
     "resp_script_load",
     "script_sha",
@@ -141,7 +142,7 @@ def encode_call(call: PreparedCall, key_prefix: str, ttl_ms: int) -> tuple[str, 
     """KEYS[1] and ARGV for one check (see the header of lua/brake.lua)."""
     tool = _cut(call.tool_name, TOOL_BYTES)
     return session_key(call.session_id, key_prefix), (
-        bytes.fromhex(call.digest[:32]) + _call_id_bytes(call.call_id),
+        bytes.fromhex(call.digest[:32]) + _call_id_bytes(call.call_id) + ttl_ms.to_bytes(5, "big"),
         call.max_repeats,
         ttl_ms,
         bytes((len(tool),)) + tool + _cut(call.session_id, SESSION_BYTES),
@@ -161,19 +162,32 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def decode_state(fields: Sequence[object], pttl_ms: object) -> SessionState | None:
-    """A slot's HMGET reply (s, h) and PTTL as a `SessionState`; None if there is none."""
+def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> SessionState | None:
+    """A slot's HMGET reply (s, h), its PTTL and Redis's TIME as a `SessionState`.
+
+    None when there is no slot (or the key is not one of ours).
+    """
     packed, slot = fields
-    if not isinstance(slot, bytes) or len(slot) < 31 or not slot[30:].isdigit():
+    if not isinstance(slot, bytes) or len(slot) < 32 or not slot[31:].isdigit():
         return None
     about = packed if isinstance(packed, bytes) else b"\x00"
     tool_end = 1 + about[0]
-    ttl = pttl_ms / 1000 if isinstance(pttl_ms, int) and pttl_ms >= 0 else None
+    left_ms = pttl_ms if isinstance(pttl_ms, int) and pttl_ms >= 0 else None
+    ttl_ms = int.from_bytes(slot[26:31], "big")
+    # The last check set the expiry to its own time + ttl, on Redis's clock.
+    updated = now - (ttl_ms - left_ms) / 1000 if left_ms is not None else now
     return SessionState(
         session_id=_text(about[tool_end:]),
         tool_name=_text(about[1:tool_end]),
         hash_prefix=slot[:6].hex(),
-        count=int(slot[30:]),
-        ttl_seconds=ttl,
-        updated_at=float(int.from_bytes(slot[26:30], "big")),
+        count=int(slot[31:]),
+        ttl_seconds=None if left_ms is None else left_ms / 1000,
+        updated_at=round(updated, 3),
     )
+
+
+def redis_time(reply: object) -> float:
+    """TIME's reply (seconds, microseconds) as Unix seconds."""
+    if isinstance(reply, (tuple, list)) and len(reply) == 2:
+        return int(reply[0]) + int(reply[1]) / 1e6
+    raise ScriptReplyError(f"unexpected reply to TIME: {type(reply).__name__}")

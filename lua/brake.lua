@@ -1,7 +1,8 @@
 --[[ distbrake: one check of one session's streak, atomically.
 
 KEYS[1]  the session's slot, a hash: <key_prefix>:<18 chars of base64url(sha256(session id))>
-ARGV[1]  the call: 16 bytes of its call hash, then 5 bytes of its call id's hash (21 bytes)
+ARGV[1]  the call: 16 bytes of its call hash, 5 bytes of its call id's hash, then the
+         ttl in milliseconds as 5 bytes, big-endian (26 bytes)
 ARGV[2]  max_repeats for this tool, an integer >= 1
 ARGV[3]  ttl in milliseconds
 ARGV[4]  for inspection only: one byte holding the tool name's length, the tool name
@@ -9,9 +10,12 @@ ARGV[4]  for inspection only: one byte holding the tool name's length, the tool 
 
 The slot's fields (two, and packed: every byte of every session counts):
   h  16 bytes call hash | 5 bytes last call id | 5 bytes previous call id |
-     4 bytes time of the last counted check (seconds, big-endian, from Redis's
-     own clock: TIME) | the count, in decimal
+     5 bytes ttl in milliseconds | the count, in decimal
   s  ARGV[4] of the check that started the streak
+
+The time of the last check is the key's expiry, set by Redis's own clock,
+minus the ttl kept in h: `inspect` reads it back with TIME and PTTL, and the
+script needs no clock call of its own.
 
 The rule: a call with the slot's call hash counts n + 1, unless its call id is
 the last or the previous one of this streak: then it is a replay (a retry, or
@@ -22,14 +26,15 @@ refreshed on every check.
 
 Returns one integer: count * 4 + 2 * denied + replayed.
 ]]
+local rcall = redis.call
 local key = KEYS[1]
 local call = ARGV[1]
-local slot = redis.call('HGET', key, 'h')
+local slot = rcall('HGET', key, 'h')
 local count = 1
 local replayed = 0
 local last_id = '\0\0\0\0\0'
 if slot and string.sub(slot, 1, 16) == string.sub(call, 1, 16) then
-  local n = tonumber(string.sub(slot, 31))
+  local n = tonumber(string.sub(slot, 32))
   if n then
     local id = string.sub(call, 17, 21)
     last_id = string.sub(slot, 17, 21)
@@ -43,18 +48,15 @@ if slot and string.sub(slot, 1, 16) == string.sub(call, 1, 16) then
   end
 end
 if replayed == 0 then
-  local t = tonumber(redis.call('TIME')[1])
-  local stamp = string.char(math.floor(t / 16777216) % 256, math.floor(t / 65536) % 256,
-                            math.floor(t / 256) % 256, t % 256)
   if count == 1 then
-    redis.call('HSET', key, 'h', call .. '\0\0\0\0\0' .. stamp .. '1', 's', ARGV[4])
+    rcall('HSET', key, 'h', string.sub(call, 1, 21) .. last_id .. string.sub(call, 22) .. '1',
+          's', ARGV[4])
   else
-    redis.call('HSET', key, 'h', call .. last_id .. stamp .. count)
+    rcall('HSET', key, 'h', string.sub(call, 1, 21) .. last_id .. string.sub(call, 22) .. count)
   end
 end
-redis.call('PEXPIRE', key, ARGV[3])
-local denied = 0
+rcall('PEXPIRE', key, ARGV[3])
 if count >= tonumber(ARGV[2]) then
-  denied = 2
+  return count * 4 + 2 + replayed
 end
-return count * 4 + denied + replayed
+return count * 4 + replayed

@@ -240,16 +240,16 @@ def test_acl_restricted_users_are_diagnosed() -> None:
         report = as_json(result)
         assert report["ok"] is False
         checks = {c["name"]: c for c in report["checks"]}
-        # The script's own TIME and PEXPIRE are refused inside EVALSHA.
+        # The script's own PEXPIRE is refused inside EVALSHA.
         assert checks["end-to-end"]["status"] == "fail"
         assert "permission missing" in checks["end-to-end"]["detail"]
         assert "ACL SETUSER" in checks["end-to-end"]["fix"]
-        assert "+time" in checks["end-to-end"]["fix"]
+        assert "+pexpire" in checks["end-to-end"]["fix"]
     assert {c["name"]: c["status"] for c in as_json(blind)["checks"]}["permissions"] == "warn"
     listed = next(c for c in as_json(seer)["checks"] if c["name"] == "permissions")
     assert listed["status"] == "fail"
-    assert "user 'seer' may not run: TIME, PEXPIRE, SCAN, DEL" in listed["detail"]
-    assert listed["fix"].startswith("grant them, e.g. ACL SETUSER seer +time +pexpire +scan +del")
+    assert "user 'seer' may not run: PEXPIRE, TIME, SCAN, DEL" in listed["detail"]
+    assert listed["fix"].startswith("grant them, e.g. ACL SETUSER seer +pexpire +time +scan +del")
 
 
 # -- a real cluster ----------------------------------------------------------------------------------

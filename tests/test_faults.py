@@ -120,7 +120,7 @@ def raw_count(server: RedisServer, brake: Checker, session: str) -> int | None:
     """The streak count stored in Redis for `session`, read with a client of our own (not the proxy)."""
     with server.client() as client:
         fields = client.hmget(brake.brake.key(session), list(FIELDS))
-    state = decode_state(fields, -1)
+    state = decode_state(fields, -1, 0.0)
     return None if state is None else state.count
 
 

@@ -16,7 +16,7 @@ _SAMPLE_ARGS: dict[str, tuple[str, ...]] = {
 
 def script_commands() -> list[str]:
     """The commands lua/brake.lua runs (ACL checks each of them inside the script)."""
-    found = re.findall(r"redis\.p?call\(\s*['\"](\w+)['\"]", script_source())
+    found = re.findall(r"(?:redis\.p?call|rcall)\(\s*['\"](\w+)['\"]", script_source())
     return list(dict.fromkeys(name.upper() for name in found))
 
 
@@ -25,7 +25,6 @@ def needed_commands(key: str, pattern: str, sha: str, source: str) -> list[tuple
     argv = ("x" * 24, "3", "3600000", "tool", "session")
     commands: list[tuple[str, ...]] = [
         ("EVALSHA", sha, "1", key, *argv),
-        ("EVAL", source, "1", key, *argv),
         ("SCRIPT", "LOAD", source),
     ]
     for name in script_commands():
@@ -34,6 +33,7 @@ def needed_commands(key: str, pattern: str, sha: str, source: str) -> list[tuple
     commands += [
         ("HMGET", key, *(f.decode() for f in FIELDS)),
         ("PTTL", key),
+        ("TIME",),
         ("SCAN", "0", "MATCH", pattern, "COUNT", "500"),
         ("DEL", key),
         ("PING",),
