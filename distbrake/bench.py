@@ -382,7 +382,7 @@ def server_cost(url: str, *, requests: int = 200_000, timeout_seconds: float = 5
     try:
         floor_sha = client.script_load("return 1")
         ours_sha = client.script_load(script_source())
-        call = "A" * 16 + "B" * 5  # ARGV[1]: 16 bytes of call hash + 5 of call id
+        call = "A" * 16 + "B" * 5 + "C" * 5  # ARGV[1]: call hash 16, call id 5, ttl 5 (no NUL in argv)
         ours_command = ["EVALSHA", ours_sha, "1", f"{prefix}:__rand_int__", call, "1000000",
                         "60000", "\x06searchbench-session"]
         floors, ourses = [], []
