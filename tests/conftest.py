@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
 from tests.redis_servers import RedisCluster, RedisServer
 
 _names = itertools.count()
@@ -53,49 +51,3 @@ def cluster_url(redis_cluster: RedisCluster) -> str:
 def memory_url() -> str:
     """A fresh embedded backend (fakeredis) nobody else uses."""
     return f"memory://test-{next(_names)}-{uuid.uuid4().hex[:6]}"
-
-
-BACKENDS = ["memory", "single", "cluster"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend_url(request: pytest.FixtureRequest) -> str:
-    """Every backend: embedded, a real single node, a real cluster."""
-    if request.param == "memory":
-        return memory_url()
-    if request.param == "single":
-        return str(request.getfixturevalue("redis_url"))
-    return str(request.getfixturevalue("cluster_url"))
-
-
-@pytest.fixture
-def make_sync_brake(backend_url: str) -> Iterator[Callable[..., DistributedBrake]]:
-    made: list[DistributedBrake] = []
-
-    def make(**options: Any) -> DistributedBrake:
-        brake = DistributedBrake.from_url(backend_url, **options)
-        made.append(brake)
-        return brake
-
-    yield make
-    for brake in made:
-        brake.close()
-
-
-@pytest.fixture
-async def make_async_brake(backend_url: str) -> AsyncIterator[Callable[..., AsyncDistributedBrake]]:
-    made: list[AsyncDistributedBrake] = []
-
-    def make(**options: Any) -> AsyncDistributedBrake:
-        brake = AsyncDistributedBrake.from_url(backend_url, **options)
-        made.append(brake)
-        return brake
-
-    yield make
-    for brake in made:
-        await brake.aclose()
-
-
-@pytest.fixture
-def loop_brake() -> Callable[..., LoopBrake]:
-    return LoopBrake

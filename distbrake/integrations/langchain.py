@@ -66,8 +66,9 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         'pip install "distbrake[langchain]"'
     ) from error
 
-from ..errors import ConfigurationError, LoopBrakeError
+from ..errors import LoopBrakeError
 from ..wrap import Brake, acheck, is_async_brake
+from .options import check_adapter_options
 
 __all__ = ["LoopBrakeMiddleware", "OnDeny", "tool_call_wrappers"]
 
@@ -130,12 +131,7 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, brake: Brake, *, on_deny: OnDeny = "message", name: str | None = None
     ) -> None:
         super().__init__()
-        if on_deny not in _ON_DENY:
-            raise ConfigurationError(
-                f"on_deny must be one of {', '.join(map(repr, _ON_DENY))}, not {on_deny!r}"
-            )
-        if not callable(getattr(brake, "check", None)):
-            raise TypeError(f"brake must have a check method, not {type(brake).__name__}")
+        check_adapter_options(brake, on_deny, _ON_DENY)
         self.brake = brake
         self.on_deny: OnDeny = on_deny
         self._name = name

@@ -44,10 +44,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from ..errors import LoopBrakeError
 from ..wrap import Brake, acheck
+from .options import check_adapter_options
 
 try:
     from agents import (
@@ -147,8 +148,7 @@ def loop_brake_guardrail(
     the tool's output and lets the run go on; `"raise"` aborts the run with
     `ToolInputGuardrailTripwireTriggered`.
     """
-    if on_deny not in ("reject", "raise"):
-        raise ValueError(f'on_deny must be "reject" or "raise", not {on_deny!r}')
+    check_adapter_options(brake, on_deny, get_args(OnDeny))
 
     async def loop_brake(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         tool_context = data.context

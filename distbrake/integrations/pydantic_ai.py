@@ -61,8 +61,9 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         'pip install "distbrake[pydantic-ai]"'
     ) from error
 
-from ..errors import ConfigurationError, LoopBrakeError, UnsupportedArgumentsError
+from ..errors import LoopBrakeError, UnsupportedArgumentsError
 from ..wrap import Brake, acheck
+from .options import check_adapter_options
 
 __all__ = ["LoopBrakeCapability", "OnDeny"]
 
@@ -87,12 +88,7 @@ class LoopBrakeCapability(AbstractCapability[Any]):
     """
 
     def __init__(self, brake: Brake, *, on_deny: OnDeny = "message") -> None:
-        if on_deny not in _ON_DENY:
-            raise ConfigurationError(
-                f"on_deny must be one of {', '.join(map(repr, _ON_DENY))}, not {on_deny!r}"
-            )
-        if not callable(getattr(brake, "check", None)):
-            raise TypeError(f"brake must have a check method, not {type(brake).__name__}")
+        check_adapter_options(brake, on_deny, _ON_DENY)
         self.brake = brake
         self.on_deny: OnDeny = on_deny
 
