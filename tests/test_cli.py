@@ -402,3 +402,9 @@ def test_denial_error_is_a_loop_brake_error_text(redis_url: str) -> None:
     result = run("--url", redis_url, "--max-repeats", "1", "check", "x", "{}", "--session", "two")
     assert result.returncode == 3
     assert result.stdout.strip() == str(caught.value)
+
+
+def test_shell_completion_script() -> None:
+    result = run(_DISTBRAKE_COMPLETE="bash_source")
+    assert result.returncode == 0
+    assert "_distbrake_completion" in result.stdout and "complete " in result.stdout
