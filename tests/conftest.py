@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
+from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
 from tests.redis_servers import RedisCluster, RedisServer
 
 _names = itertools.count()
@@ -51,3 +53,34 @@ def cluster_url(redis_cluster: RedisCluster) -> str:
 def memory_url() -> str:
     """A fresh embedded backend (fakeredis) nobody else uses."""
     return f"memory://test-{next(_names)}-{uuid.uuid4().hex[:6]}"
+
+
+BRAKE_KINDS = ["loop", "sync-memory", "async-memory", "sync-redis", "async-redis"]
+AnyBrake = LoopBrake | DistributedBrake | AsyncDistributedBrake
+
+
+@pytest.fixture(params=BRAKE_KINDS)
+async def make_brake(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., AnyBrake]]:
+    """Brakes of one kind (in-process, or sync/async on the embedded store or a real
+    single node); every brake a test makes shares one backend, and is closed after it."""
+    kind: str = request.param
+    url = str(request.getfixturevalue("redis_url")) if kind.endswith("redis") else memory_url()
+    made: list[AnyBrake] = []
+
+    def make(**options: Any) -> AnyBrake:
+        brake: AnyBrake
+        if kind == "loop":
+            brake = LoopBrake(**options)
+        elif kind.startswith("sync"):
+            brake = DistributedBrake.from_url(url, **options)
+        else:
+            brake = AsyncDistributedBrake.from_url(url, **options)
+        made.append(brake)
+        return brake
+
+    yield make
+    for brake in made:
+        if isinstance(brake, DistributedBrake):
+            brake.close()
+        elif isinstance(brake, AsyncDistributedBrake):
+            await brake.aclose()

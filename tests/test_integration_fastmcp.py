@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -36,42 +35,11 @@ from distbrake.integrations.fastmcp import LoopBrakeMiddleware
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
-KINDS = ["loop", "sync-memory", "async-memory", "sync-redis", "async-redis"]
 
 Brake = LoopBrake | DistributedBrake | AsyncDistributedBrake
 
 
 # -- brakes -------------------------------------------------------------------------
-
-
-@pytest.fixture(params=KINDS)
-async def make_brake(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Brake]]:
-    """Brakes of one kind; every brake a test makes shares one backend."""
-    kind: str = request.param
-    url = (
-        str(request.getfixturevalue("redis_url"))
-        if kind.endswith("redis")
-        else f"memory://fastmcp-{uuid.uuid4().hex}"
-    )
-    made: list[Brake] = []
-
-    def make(**options: Any) -> Brake:
-        brake: Brake
-        if kind == "loop":
-            brake = LoopBrake(**options)
-        elif kind.startswith("sync"):
-            brake = DistributedBrake.from_url(url, **options)
-        else:
-            brake = AsyncDistributedBrake.from_url(url, **options)
-        made.append(brake)
-        return brake
-
-    yield make
-    for brake in made:
-        if isinstance(brake, DistributedBrake):
-            brake.close()
-        elif isinstance(brake, AsyncDistributedBrake):
-            await brake.aclose()
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -30,43 +29,12 @@ from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
-KINDS = ["loop", "sync-memory", "async-memory", "sync-redis", "async-redis"]
 WIRINGS = ["wrap", "extension"]
 
 Brake = LoopBrake | DistributedBrake | AsyncDistributedBrake
 
 
 # -- brakes -------------------------------------------------------------------------
-
-
-@pytest.fixture(params=KINDS)
-async def make_brake(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Brake]]:
-    """Brakes of one kind; every brake a test makes shares one backend."""
-    kind: str = request.param
-    url = (
-        str(request.getfixturevalue("redis_url"))
-        if kind.endswith("redis")
-        else f"memory://mcp-{uuid.uuid4().hex}"
-    )
-    made: list[Brake] = []
-
-    def make(**options: Any) -> Brake:
-        brake: Brake
-        if kind == "loop":
-            brake = LoopBrake(**options)
-        elif kind.startswith("sync"):
-            brake = DistributedBrake.from_url(url, **options)
-        else:
-            brake = AsyncDistributedBrake.from_url(url, **options)
-        made.append(brake)
-        return brake
-
-    yield make
-    for brake in made:
-        if isinstance(brake, DistributedBrake):
-            brake.close()
-        elif isinstance(brake, AsyncDistributedBrake):
-            await brake.aclose()
 
 
 async def session_names(brake: Brake) -> list[str]:

@@ -10,8 +10,7 @@ import asyncio
 import importlib
 import inspect
 import sys
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +47,6 @@ from distbrake.integrations.openai_agents import (
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
-KINDS = ["loop", "sync-memory", "async-memory", "sync-redis", "async-redis"]
 
 Brake = LoopBrake | DistributedBrake | AsyncDistributedBrake
 
@@ -65,36 +63,6 @@ def config(group_id: str | None = "conv-1", **options: Any) -> RunConfig:
 
 
 # -- brakes -------------------------------------------------------------------------
-
-
-@pytest.fixture(params=KINDS)
-async def make_brake(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Brake]]:
-    """Brakes of one kind; every brake a test makes shares one backend."""
-    kind: str = request.param
-    url = (
-        str(request.getfixturevalue("redis_url"))
-        if kind.endswith("redis")
-        else f"memory://agents-{uuid.uuid4().hex}"
-    )
-    made: list[Brake] = []
-
-    def make(**options: Any) -> Brake:
-        brake: Brake
-        if kind == "loop":
-            brake = LoopBrake(**options)
-        elif kind.startswith("sync"):
-            brake = DistributedBrake.from_url(url, **options)
-        else:
-            brake = AsyncDistributedBrake.from_url(url, **options)
-        made.append(brake)
-        return brake
-
-    yield make
-    for brake in made:
-        if isinstance(brake, DistributedBrake):
-            brake.close()
-        elif isinstance(brake, AsyncDistributedBrake):
-            await brake.aclose()
 
 
 async def inspect_count(brake: Brake, session_id: str) -> int | None:

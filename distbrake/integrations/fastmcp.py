@@ -69,6 +69,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .mcp import (
     DEFAULT_CALL_ID_KEY,
     DEFAULT_META_KEY,
+    chosen_session,
     meta_value,
     principal_session,
     session_for,
@@ -140,11 +141,9 @@ class LoopBrakeMiddleware(Middleware):
 
     def session(self, context: CallToolContext) -> str | None:
         """The session this call is counted in (None: distbrake's bound session or "default")."""
-        if self.session_from is not None:
-            chosen = self.session_from(context)
-            if chosen:
-                return chosen
-        return resolve_session(context, meta_key=self.meta_key)
+        return chosen_session(
+            self.session_from, context, lambda c: resolve_session(c, meta_key=self.meta_key)
+        )
 
     async def on_call_tool(
         self,

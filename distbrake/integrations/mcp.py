@@ -173,6 +173,19 @@ def transport_session(
     return TRANSPORT_PREFIX + str(state.setdefault(_CONNECTION_KEY, uuid4().hex))
 
 
+def chosen_session(
+    session_from: Callable[[Any], str | None] | None,
+    context: Any,
+    default: Callable[[Any], str | None],
+) -> str | None:
+    """`session_from(context)` when it names a session, else `default(context)`."""
+    if session_from is not None:
+        chosen = session_from(context)
+        if chosen:
+            return chosen
+    return default(context)
+
+
 def session_for(
     meta: Mapping[str, Any] | None,
     meta_key: str | None,
@@ -245,11 +258,9 @@ class _Gate:
         self.call_id_key = call_id_key
 
     def session(self, ctx: Context) -> str | None:
-        if self.session_from is not None:
-            chosen = self.session_from(ctx)
-            if chosen:
-                return chosen
-        return resolve_session(ctx, meta_key=self.meta_key)
+        return chosen_session(
+            self.session_from, ctx, lambda c: resolve_session(c, meta_key=self.meta_key)
+        )
 
     async def deny(
         self, ctx: Context, params: types.CallToolRequestParams
