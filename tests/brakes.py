@@ -46,3 +46,9 @@ class Checker:
         closer = getattr(self.brake, "aclose", None) or getattr(self.brake, "close", None)
         if closer is not None:
             await self._maybe(closer())
+
+
+async def close_brakes(brakes: list[Any]) -> None:
+    """Close every brake a test made (sync `close()`, async `aclose()`, none for LoopBrake)."""
+    for brake in brakes:
+        await Checker(brake).close()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
+from tests.brakes import close_brakes
 from tests.redis_servers import RedisCluster, RedisServer
 
 _names = itertools.count()
@@ -79,8 +80,26 @@ async def make_brake(request: pytest.FixtureRequest) -> AsyncIterator[Callable[.
         return brake
 
     yield make
+    await close_brakes(made)
+
+
+@pytest.fixture
+def brakes(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """make(kind, url=None) for kind in loop / memory / memory-async / redis; the sync
+    distributed ones are closed afterwards."""
+    made: list[DistributedBrake] = []
+
+    def make(kind: str, url: str | None = None) -> Any:
+        if kind == "loop":
+            return LoopBrake()
+        if kind == "memory-async":
+            return AsyncDistributedBrake.from_url(url or memory_url())
+        if kind == "redis":
+            url = url or str(request.getfixturevalue("redis_url"))
+        brake = DistributedBrake.from_url(url or memory_url())
+        made.append(brake)
+        return brake
+
+    yield make
     for brake in made:
-        if isinstance(brake, DistributedBrake):
-            brake.close()
-        elif isinstance(brake, AsyncDistributedBrake):
-            await brake.aclose()
+        brake.close()

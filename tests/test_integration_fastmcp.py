@@ -32,6 +32,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
+from tests.brakes import close_brakes
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
@@ -54,11 +55,7 @@ async def redis_brakes(redis_url: str) -> AsyncIterator[Callable[[str], Brake]]:
         return brake
 
     yield make
-    for brake in made:
-        if isinstance(brake, DistributedBrake):
-            brake.close()
-        elif isinstance(brake, AsyncDistributedBrake):
-            await brake.aclose()
+    await close_brakes(made)
 
 
 async def inspect_count(brake: Brake, session_id: str) -> int | None:

@@ -12,7 +12,7 @@ import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ from pydantic import Field
 from distbrake import (
     AsyncDistributedBrake,
     ConfigurationError,
-    DistributedBrake,
     LoopBrake,
     LoopBrakeError,
     call_hash,
@@ -109,27 +108,6 @@ class Search:
 @pytest.fixture
 def search() -> Search:
     return Search()
-
-
-@pytest.fixture
-def brakes(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
-    """make(kind, url=None): a brake of that kind; distributed ones closed afterwards."""
-    made: list[DistributedBrake] = []
-
-    def make(kind: str, url: str | None = None) -> Any:
-        if kind == "loop":
-            return LoopBrake()
-        if kind == "memory-async":
-            return AsyncDistributedBrake.from_url(url or memory_url())
-        if kind == "redis":
-            url = url or str(request.getfixturevalue("redis_url"))
-        brake = DistributedBrake.from_url(url or memory_url())
-        made.append(brake)
-        return brake
-
-    yield make
-    for brake in made:
-        brake.close()
 
 
 def assert_refused(scripted: ScriptedModel, call_id: str = "call_3") -> ToolMessage:

@@ -32,14 +32,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from distbrake import (
     AsyncDistributedBrake,
     ConfigurationError,
-    DistributedBrake,
     LoopBrake,
     LoopBrakeError,
     call_hash,
     hash_prefix,
 )
 from distbrake.integrations.pydantic_ai import LoopBrakeCapability
-from tests.conftest import memory_url
 
 SYNC_KINDS = ["loop", "memory", "redis"]
 ALL_KINDS = [*SYNC_KINDS, "memory-async"]
@@ -119,27 +117,6 @@ def run_sync_loop(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         asyncio.set_event_loop(None)
         loop.close()
-
-
-@pytest.fixture
-def brakes(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """make(kind, url=None): a brake of that kind; sync distributed ones closed afterwards."""
-    made: list[DistributedBrake] = []
-
-    def make(kind: str, url: str | None = None) -> Any:
-        if kind == "loop":
-            return LoopBrake()
-        if kind == "memory-async":
-            return AsyncDistributedBrake.from_url(url or memory_url())
-        if kind == "redis":
-            url = url or str(request.getfixturevalue("redis_url"))
-        brake = DistributedBrake.from_url(url or memory_url())
-        made.append(brake)
-        return brake
-
-    yield make
-    for brake in made:
-        brake.close()
 
 
 def assert_refused(script: Script, call_id: str = "call_3") -> ToolReturnPart:

@@ -51,8 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck
+from ..wrap import Brake
 
 try:
     import mcp_types as mt
@@ -70,6 +69,7 @@ from .mcp import (
     DEFAULT_CALL_ID_KEY,
     DEFAULT_META_KEY,
     chosen_session,
+    denial,
     meta_value,
     principal_session,
     session_for,
@@ -151,14 +151,10 @@ class LoopBrakeMiddleware(Middleware):
         call_next: CallNext[mt.CallToolRequestParams, ToolResult],
     ) -> ToolResult:
         message = context.message
-        try:
-            await acheck(
-                self.brake,
-                message.name,
-                message.arguments or {},
-                session_id=self.session(context),
-                call_id=meta_value(_meta(context), self.call_id_key),
-            )
-        except LoopBrakeError as error:
+        error = await denial(
+            self.brake, message.name, message.arguments, self.session(context),
+            meta_value(_meta(context), self.call_id_key),
+        )
+        if error is not None:
             raise ToolError(str(error)) from error
         return await call_next(context)

@@ -173,6 +173,21 @@ def transport_session(
     return TRANSPORT_PREFIX + str(state.setdefault(_CONNECTION_KEY, uuid4().hex))
 
 
+async def denial(
+    brake: Brake,
+    tool: str,
+    arguments: Mapping[str, Any] | None,
+    session_id: str | None,
+    call_id: str | None,
+) -> LoopBrakeError | None:
+    """Check one `tools/call`; the `LoopBrakeError` when it is denied, else None."""
+    try:
+        await acheck(brake, tool, arguments or {}, session_id=session_id, call_id=call_id)
+    except LoopBrakeError as error:
+        return error
+    return None
+
+
 def chosen_session(
     session_from: Callable[[Any], str | None] | None,
     context: Any,
@@ -265,17 +280,11 @@ class _Gate:
     async def deny(
         self, ctx: Context, params: types.CallToolRequestParams
     ) -> types.CallToolResult | None:
-        try:
-            await acheck(
-                self.brake,
-                params.name,
-                params.arguments or {},
-                session_id=self.session(ctx),
-                call_id=meta_value(request_meta(ctx), self.call_id_key),
-            )
-        except LoopBrakeError as error:
-            return denial_result(error)
-        return None
+        error = await denial(
+            self.brake, params.name, params.arguments, self.session(ctx),
+            meta_value(request_meta(ctx), self.call_id_key),
+        )
+        return None if error is None else denial_result(error)
 
 
 def brake_call_tool(
