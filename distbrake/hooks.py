@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .wrap import Brake, Split, _make_wrapper, decorate_tool
+from .wrap import Brake, Split, decorate_tool, make_wrapper
 
 __all__ = ["BrakeHandle", "install"]
 
@@ -98,6 +98,6 @@ def install(registry: Any, brake: Brake) -> BrakeHandle:
     if "execute" in seams:
         split: Split = _registry_execute_split
         handle._patch(
-            "execute", _make_wrapper(registry.execute, brake, None, split, handle._is_active)
+            "execute", make_wrapper(registry.execute, brake, None, split, handle._is_active)
         )
     return handle

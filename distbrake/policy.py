@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from .base import BrakeBase, PreparedCall, Verdict
+from .core import BrakeCore, PreparedCall, Verdict
 from .errors import BrakeUnavailableError
-from .streak import LoopBrake
+from .inprocess import LoopBrake
 
 __all__ = ["BackendHealth", "FailureHandler"]
 
@@ -83,7 +83,7 @@ class BackendHealth:
 class FailureHandler:
     """Applies the configured policy to a call that Redis could not judge."""
 
-    def __init__(self, brake: BrakeBase, backend: str) -> None:
+    def __init__(self, brake: BrakeCore, backend: str) -> None:
         self._brake = brake
         self._backend = backend
         self.policy = brake.settings.on_backend_error
@@ -109,7 +109,7 @@ class FailureHandler:
         if self.policy == "open":
             return Verdict(
                 0, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
-                decided_by="open",
+                decided_by="fail-open",
             )
         count, replayed = self.local.record(call)
-        return self._brake.judge(call, count, replayed, "local")
+        return self._brake.judge(call, count, replayed, "fallback")

@@ -1,10 +1,12 @@
-"""Configuration: one pydantic-settings model, read from `DISTBRAKE_*` variables.
+"""Configuration: one pydantic-settings model, the only place defaults and precedence live.
 
 Precedence for every field: the value passed in code (or the settings object
 given) > the `DISTBRAKE_<FIELD>` environment variable > the default. For
 `max_repeats` only, the Node plugin's `DSH_LOOP_BRAKE_MAX_REPEATS` is read
-after `DISTBRAKE_MAX_REPEATS`. A variable is read only when no value was given
-in code; an invalid one is an error naming the variable, never ignored.
+after `DISTBRAKE_MAX_REPEATS` (the field's `AliasChoices`). A variable is read
+only when no value was given in code; an invalid one is an error naming the
+variable, never ignored. The backend URL's default is `DEFAULT_URL`, and the
+URL is parsed once, into `BrakeSettings.parsed_url`.
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypedDict
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import ConfigurationError, InvalidMaxRepeatsError
-from .urls import redact_url
+from .urls import ParsedURL, parse_url, redact_url
 
 __all__ = [
     "DEFAULT_MAX_REPEATS",
+    "DEFAULT_URL",
+    "BrakeOptions",
     "BrakeSettings",
     "FailurePolicy",
     "load_settings",
@@ -32,11 +36,25 @@ __all__ = [
 ]
 
 DEFAULT_MAX_REPEATS = 3
+DEFAULT_URL = "memory://"  # the embedded backend: what a brake uses when no URL is given
 ENV_PREFIX = "DISTBRAKE_"
-MAX_REPEATS_ENV = "DISTBRAKE_MAX_REPEATS"
-NODE_MAX_REPEATS_ENV = "DSH_LOOP_BRAKE_MAX_REPEATS"
+# The variables max_repeats is read from, first found wins (the Node plugin's last).
+MAX_REPEATS_VARIABLES = ("DISTBRAKE_MAX_REPEATS", "DSH_LOOP_BRAKE_MAX_REPEATS")
 
 FailurePolicy = Literal["open", "closed", "local"]
+
+
+class BrakeOptions(TypedDict, total=False):
+    """The keyword options of every brake and of `from_url`: `BrakeSettings` fields (None = not given)."""
+
+    max_repeats: int | float | str | None
+    ttl_seconds: float | None
+    key_prefix: str | None
+    on_backend_error: FailurePolicy | None
+    timeout_seconds: float | None
+    retry_after_seconds: float | None
+    tool_max_repeats: Mapping[str, int] | None
+    exempt_tools: Iterable[str] | None
 
 
 def normalize_max_repeats(value: object, source: str = "max_repeats") -> int:
@@ -81,28 +99,22 @@ def resolve_max_repeats(
     if configured is not None:
         return normalize_max_repeats(configured, "argument max_repeats")
     env = os.environ if environ is None else environ
-    for name in (MAX_REPEATS_ENV, NODE_MAX_REPEATS_ENV):
+    for name in MAX_REPEATS_VARIABLES:
         if name in env:
             return normalize_max_repeats(env[name], f"environment variable {name}")
     return DEFAULT_MAX_REPEATS
-
-
-def _node_fallback() -> int:
-    raw = os.environ.get(NODE_MAX_REPEATS_ENV)
-    if raw is None:
-        return DEFAULT_MAX_REPEATS
-    return normalize_max_repeats(raw, f"environment variable {NODE_MAX_REPEATS_ENV}")
 
 
 class BrakeSettings(BaseSettings):
     """Every setting of a brake. Unset fields come from `DISTBRAKE_*`, then defaults."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="forbid", frozen=True, validate_default=False
+        env_prefix=ENV_PREFIX, extra="forbid", frozen=True, validate_default=False,
+        populate_by_name=True,
     )
 
     max_repeats: int = Field(
-        default_factory=_node_fallback,
+        default=DEFAULT_MAX_REPEATS, validation_alias=AliasChoices(*MAX_REPEATS_VARIABLES),
         description="Deny the Nth identical call in a row (>= 1).",
     )
     ttl_seconds: float = Field(
@@ -114,7 +126,7 @@ class BrakeSettings(BaseSettings):
         description="Prefix of every Redis key the brake writes.",
     )
     url: str | None = Field(
-        default=None, description="Backend URL; None means memory://.",
+        default=None, description=f"Backend URL; None means {DEFAULT_URL}.",
     )
     on_backend_error: FailurePolicy = Field(
         default="local", description="What a check does when Redis fails.",
@@ -165,6 +177,20 @@ class BrakeSettings(BaseSettings):
             raise ValueError(f"tools both exempt and given a limit: {both}")
         return self
 
+    _parsed_url: ParsedURL | None = PrivateAttr(default=None)
+
+    @property
+    def parsed_url(self) -> ParsedURL:
+        """The backend URL (`DEFAULT_URL` when none is set), parsed once; raises `InvalidURLError`."""
+        if self._parsed_url is None:
+            self._parsed_url = parse_url(self.url or DEFAULT_URL)
+        return self._parsed_url
+
+    @property
+    def shown_url(self) -> str:
+        """The backend URL as it may be shown: password redacted, the default filled in."""
+        return redact_url(self.url or DEFAULT_URL)
+
     def limit_for(self, tool: str) -> int | None:
         """The limit for `tool`, or None when the tool is exempt."""
         if tool in self.exempt_tools:
@@ -176,8 +202,18 @@ class BrakeSettings(BaseSettings):
             yield name, (redact_url(value) if name == "url" and value else value)
 
 
-def _env_name(field: str) -> str:
-    return ENV_PREFIX + field.upper()
+def _variables(field: str) -> tuple[str, ...]:
+    """The environment variables `field` is read from, first found wins (its aliases, else the prefixed name)."""
+    alias = BrakeSettings.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices):
+        return tuple(str(choice) for choice in alias.choices)
+    return (ENV_PREFIX + field.upper(),)
+
+
+def _variable_in_use(field: str) -> str:
+    """The variable `field` was read from (the first of its variables when none is set)."""
+    names = _variables(field)
+    return next((name for name in names if name in os.environ), names[0])
 
 
 def value_sources(given: Mapping[str, object]) -> dict[str, str]:
@@ -186,23 +222,33 @@ def value_sources(given: Mapping[str, object]) -> dict[str, str]:
     for field in BrakeSettings.model_fields:
         if given.get(field) is not None:
             sources[field] = "argument"
-        elif _env_name(field) in os.environ:
-            sources[field] = f"variable {_env_name(field)}"
-        elif field == "max_repeats" and NODE_MAX_REPEATS_ENV in os.environ:
-            sources[field] = f"variable {NODE_MAX_REPEATS_ENV}"
+        elif any(name in os.environ for name in _variables(field)):
+            sources[field] = f"variable {_variable_in_use(field)}"
         else:
             sources[field] = "default"
     return sources
+
+
+def _field_of(location: str) -> str:
+    """The field an error location names (a field name, or one of its variables)."""
+    if location in BrakeSettings.model_fields:
+        return location
+    return next(
+        (field for field in BrakeSettings.model_fields if location in _variables(field)), "settings"
+    )
 
 
 def _raise_configuration_error(error: ValidationError, given: Mapping[str, object]) -> None:
     problems = []
     limit_error = False
     for item in error.errors(include_input=False, include_url=False):
-        field = str(item["loc"][0]) if item["loc"] else "settings"
-        source = f"argument {field}" if field in given else f"environment variable {_env_name(field)}"
+        field = _field_of(str(item["loc"][0])) if item["loc"] else "settings"
         if field == "settings":
             source = "the settings as a whole"
+        elif field in given:
+            source = f"argument {field}"
+        else:
+            source = f"environment variable {_variable_in_use(field)}"
         message = str(item["msg"]).removeprefix("Value error, ")
         if field == "max_repeats":
             limit_error = True
@@ -237,7 +283,8 @@ def load_settings(settings: BrakeSettings | None = None, **given: object) -> Bra
         raise  # pragma: no cover - _raise_configuration_error always raises
     except SettingsError as error:
         match = re.search(r'field "(\w+)"', str(error))
-        name = _env_name(match.group(1)) if match else "a DISTBRAKE_* variable"
+        found = match.group(1) if match else None
+        name = _variable_in_use(found) if found in BrakeSettings.model_fields else "a DISTBRAKE_* variable"
         raise ConfigurationError(
             f"invalid environment variable {name}: not valid JSON for this setting"
         ) from None

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from .session import bind_session
 
-__all__ = ["Brake", "GuardMixin", "acheck", "decorate_tool", "is_async_brake", "wrap_execute"]
+__all__ = ["Brake", "GuardMixin", "Split", "acheck", "decorate_tool", "is_async_brake", "make_wrapper", "wrap_execute"]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,7 +83,7 @@ def _mark(brake: Brake, tool: str, args: Any) -> tuple[int, str, int]:
 Split = Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, Any, Any]]
 
 
-def _make_wrapper(
+def make_wrapper(
     body: Callable[..., Any],
     brake: Brake,
     session_id: str | None,
@@ -159,7 +159,7 @@ def wrap_execute(
     """Brake a host-style `execute(args, context=None)`; the body never runs on denial."""
     if getattr(execute, "__distbrake_brake__", None) is brake:
         return execute  # already braked by this brake: wrapping twice must not halve the limit
-    wrapper = _make_wrapper(execute, brake, session_id, _execute_split(tool), enabled)
+    wrapper = make_wrapper(execute, brake, session_id, _execute_split(tool), enabled)
     return cast(Callable[..., R], wrapper)
 
 
@@ -186,7 +186,7 @@ def guard_function(function: F, brake: Brake, tool: str | None = None, session_i
     if getattr(function, "__distbrake_brake__", None) is brake:
         return function
     name = tool if tool is not None else getattr(function, "__name__", "tool")
-    return cast(F, _make_wrapper(function, brake, session_id, _function_split(function, name)))
+    return cast(F, make_wrapper(function, brake, session_id, _function_split(function, name)))
 
 
 def decorate_tool(

@@ -8,18 +8,12 @@ Redis on 6379) and flushed between tests. `redis-server` must be on PATH:
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
 
 import pytest
 
-from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
-from tests.brakes import close_brakes
-from tests.redis_servers import RedisCluster, RedisServer
-
-_names = itertools.count()
+from tests.backends import ADAPTER_BRAKES, AnyBrake, Brakes
+from tests.servers import RedisCluster, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -51,55 +45,15 @@ def cluster_url(redis_cluster: RedisCluster) -> str:
     return redis_cluster.url
 
 
-def memory_url() -> str:
-    """A fresh embedded backend (fakeredis) nobody else uses."""
-    return f"memory://test-{next(_names)}-{uuid.uuid4().hex[:6]}"
-
-
-BRAKE_KINDS = ["loop", "sync-memory", "async-memory", "sync-redis", "async-redis"]
-AnyBrake = LoopBrake | DistributedBrake | AsyncDistributedBrake
-
-
-@pytest.fixture(params=BRAKE_KINDS)
-async def make_brake(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., AnyBrake]]:
-    """Brakes of one kind (in-process, or sync/async on the embedded store or a real
-    single node); every brake a test makes shares one backend, and is closed after it."""
-    kind: str = request.param
-    url = str(request.getfixturevalue("redis_url")) if kind.endswith("redis") else memory_url()
-    made: list[AnyBrake] = []
-
-    def make(**options: Any) -> AnyBrake:
-        brake: AnyBrake
-        if kind == "loop":
-            brake = LoopBrake(**options)
-        elif kind.startswith("sync"):
-            brake = DistributedBrake.from_url(url, **options)
-        else:
-            brake = AsyncDistributedBrake.from_url(url, **options)
-        made.append(brake)
-        return brake
-
-    yield make
-    await close_brakes(made)
-
-
 @pytest.fixture
-def brakes(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
-    """make(kind, url=None) for kind in loop / memory / memory-async / redis; the sync
-    distributed ones are closed afterwards."""
-    made: list[DistributedBrake] = []
+async def brakes(request: pytest.FixtureRequest) -> AsyncIterator[Brakes]:
+    """`brakes(kind, url=None, **options)`: brakes of any kind in `tests.backends`, closed after the test."""
+    made = Brakes(request)
+    yield made
+    await made.close()
 
-    def make(kind: str, url: str | None = None) -> Any:
-        if kind == "loop":
-            return LoopBrake()
-        if kind == "memory-async":
-            return AsyncDistributedBrake.from_url(url or memory_url())
-        if kind == "redis":
-            url = url or str(request.getfixturevalue("redis_url"))
-        brake = DistributedBrake.from_url(url or memory_url())
-        made.append(brake)
-        return brake
 
-    yield make
-    for brake in made:
-        brake.close()
+@pytest.fixture(params=ADAPTER_BRAKES)
+def make_brake(request: pytest.FixtureRequest, brakes: Brakes) -> Callable[..., AnyBrake]:
+    """`make_brake(**options)`: brakes of one kind of `ADAPTER_BRAKES`; all a test makes share one backend."""
+    return brakes.of(request.param)

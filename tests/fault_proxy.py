@@ -26,66 +26,16 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Literal, Self
 
-__all__ = ["FaultProxy", "ProxyMode", "resp_end"]
+from tests.servers.process import HOST, Managed
+from tests.servers.resp import command_name, resp_end
+
+__all__ = ["FaultProxy", "ProxyMode"]
 
 ProxyMode = Literal["pass", "drop", "black_hole", "refuse"]
 
-HOST = "127.0.0.1"
 READ_SIZE = 65536
-_AGGREGATES = frozenset(b"*~>")  # n elements follow
-_MAPS = frozenset(b"%|")  # n pairs follow
-_BLOBS = frozenset(b"$!=")  # n bytes + CRLF follow
-_LINES = frozenset(b"+-:_#,(")  # the line is the whole value
-
-
-class _Incomplete(Exception):
-    pass
-
-
-def _value_end(buf: bytes | bytearray, pos: int) -> int:
-    eol = buf.find(b"\r\n", pos)
-    if eol < 0:
-        raise _Incomplete
-    kind = buf[pos]
-    if kind in _LINES:
-        return eol + 2
-    if kind not in _AGGREGATES and kind not in _MAPS and kind not in _BLOBS:
-        return eol + 2  # an inline command: the line is the command
-    size = int(buf[pos + 1 : eol])
-    if kind in _BLOBS:
-        if size < 0:
-            return eol + 2
-        end = eol + 2 + size + 2
-        if end > len(buf):
-            raise _Incomplete
-        return end
-    end = eol + 2
-    for _ in range(max(size, 0) * (2 if kind in _MAPS else 1)):
-        end = _value_end(buf, end)
-    return end
-
-
-def resp_end(buf: bytes | bytearray, pos: int = 0) -> int | None:
-    """Where the RESP2/RESP3 value starting at ``pos`` ends, or None if it is incomplete."""
-    if pos >= len(buf):
-        return None
-    try:
-        return _value_end(buf, pos)
-    except _Incomplete:
-        return None
-
-
-def _command_name(raw: bytes) -> str:
-    """The (upper-cased) name of a command in RESP array form, e.g. ``EVALSHA``."""
-    if raw[:1] != b"*":
-        return raw.split(b" ", 1)[0].strip().decode(errors="replace").upper()
-    head = raw.find(b"\r\n")
-    first = raw.find(b"\r\n", head + 2)
-    size = int(raw[head + 3 : first])
-    return raw[first + 2 : first + 2 + size].decode(errors="replace").upper()
 
 
 @dataclass(eq=False)
@@ -106,7 +56,7 @@ class _Link:
                 writer.close()
 
 
-class FaultProxy:
+class FaultProxy(Managed):
     """A TCP proxy to ``upstream`` with switchable faults; see the module text."""
 
     def __init__(self, upstream: tuple[str, int], *, port: int = 0) -> None:
@@ -172,17 +122,6 @@ class FaultProxy:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
         self._loop.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -273,14 +212,20 @@ class FaultProxy:
         while await reader.read(READ_SIZE):
             pass
 
+    async def _read(self, reader: asyncio.StreamReader, link: _Link) -> tuple[bytes, ProxyMode] | None:
+        """The next bytes from ``reader`` and the mode they arrive in; None once the link is closed or at EOF."""
+        if link.closed:
+            return None
+        data = await reader.read(READ_SIZE)
+        if not data:
+            return None
+        with self._lock:
+            return data, self.mode
+
     async def _client_to_upstream(self, reader: asyncio.StreamReader, link: _Link) -> None:
         buf = bytearray()
-        while not link.closed:
-            data = await reader.read(READ_SIZE)
-            if not data:
-                break
-            with self._lock:
-                mode = self.mode
+        while (chunk := await self._read(reader, link)) is not None:
+            data, mode = chunk
             if mode == "refuse":
                 break
             if mode == "black_hole":
@@ -289,7 +234,7 @@ class FaultProxy:
             start = 0
             count = 0
             while (end := resp_end(buf, start)) is not None:
-                link.pending.append(_command_name(bytes(buf[start:end])))
+                link.pending.append(command_name(bytes(buf[start:end])))
                 start = end
                 count += 1
             if start and link.upstream is not None:
@@ -311,12 +256,8 @@ class FaultProxy:
 
     async def _upstream_to_client(self, reader: asyncio.StreamReader, link: _Link) -> None:
         buf = bytearray()
-        while not link.closed:
-            data = await reader.read(READ_SIZE)
-            if not data:
-                break
-            with self._lock:
-                mode = self.mode
+        while (chunk := await self._read(reader, link)) is not None:
+            data, mode = chunk
             if mode in ("black_hole", "refuse"):
                 continue
             buf += data

@@ -7,18 +7,18 @@ import asyncio
 import pytest
 
 from distbrake import AsyncDistributedBrake, BrakeUnavailableError, DistributedBrake, LoopBrakeError
-from tests.redis_servers import free_port
+from tests.servers import free_port
 
 
 @pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
 def test_sync_brake_on_a_dead_backend_follows_the_policy(scheme: str) -> None:
     url = f"{scheme}://127.0.0.1:{free_port()}"
     local = DistributedBrake.from_url(url, timeout_seconds=0.2)  # builds: no connection yet
-    assert [local.check("t", 1, session_id="s").decided_by for _ in range(2)] == ["local", "local"]
+    assert [local.check("t", 1, session_id="s").decided_by for _ in range(2)] == ["fallback", "fallback"]
     with pytest.raises(LoopBrakeError):
         local.check("t", 1, session_id="s")  # the loop is still braked, in-process
     opened = DistributedBrake.from_url(url, on_backend_error="open", timeout_seconds=0.2)
-    assert opened.check("t", 1).decided_by == "open"
+    assert opened.check("t", 1).decided_by == "fail-open"
     closed = DistributedBrake.from_url(url, on_backend_error="closed", timeout_seconds=0.2)
     with pytest.raises(BrakeUnavailableError):
         closed.check("t", 1)
@@ -29,7 +29,7 @@ async def test_async_brake_on_a_dead_backend_follows_the_policy(scheme: str) -> 
     url = f"{scheme}://127.0.0.1:{free_port()}"
     brake = AsyncDistributedBrake.from_url(url, timeout_seconds=0.2)
     verdicts = [await brake.check("t", 1, session_id="s") for _ in range(2)]
-    assert [v.decided_by for v in verdicts] == ["local", "local"]
+    assert [v.decided_by for v in verdicts] == ["fallback", "fallback"]
     closed = AsyncDistributedBrake.from_url(url, on_backend_error="closed", timeout_seconds=0.2)
     with pytest.raises(BrakeUnavailableError):
         await closed.check("t", 1)

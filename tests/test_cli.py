@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from distbrake import DistributedBrake, LoopBrakeError, call_hash
-from tests.redis_servers import RedisServer, free_port
+from tests.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RIGHT_PW = "s3cret-pw"
@@ -99,6 +99,20 @@ def test_version_hash_and_invalid_json() -> None:
     line = one_line_error(bad)
     assert "not valid JSON" in line
     no_secret(bad, secret)
+
+
+def test_check_json_decided_by_is_redis_when_allowed_and_when_denied() -> None:
+    """On one backend, `check --json` names the same decider whether it allows or denies.
+
+    memory:// is private to each process, so the denial comes from --max-repeats 1.
+    """
+    allowed = run("check", "search", "{}", "--session", "s", "--json")
+    assert allowed.returncode == 0, allowed.stderr
+    denied = run("--max-repeats", "1", "check", "search", "{}", "--session", "s", "--json")
+    assert denied.returncode == 3, denied.stderr
+    assert as_json(allowed)["allowed"] is True and as_json(denied)["allowed"] is False
+    assert as_json(allowed)["decided_by"] == "redis"
+    assert as_json(denied)["decided_by"] == "redis"
 
 
 def test_usage_errors_are_one_line_exit_2() -> None:

@@ -32,13 +32,16 @@ from distbrake import (
     LoopBrakeError,
     Verdict,
 )
-from distbrake.slot import FIELDS, decode_state
-from tests.brakes import Checker
-from tests.fault_proxy import FaultProxy, resp_end
-from tests.redis_servers import ClusterNodeInfo, RedisCluster, RedisServer, wait_replicated, wait_until
+from distbrake.redis.wire import FIELDS, decode_state
+from tests.backends import Checker
+from tests.fault_proxy import FaultProxy
+from tests.servers import ClusterNodeInfo, RedisCluster, RedisServer, wait_replicated, wait_until
+from tests.servers.resp import resp_end
 
 FLAVOURS = ["sync", "async"]
 POLICIES = ["open", "closed", "local"]
+# What decides a check under each failure policy while Redis is down (`Verdict.decided_by`).
+DECIDED_BY_POLICY = {"local": "fallback", "open": "fail-open"}
 
 # How long a recovery may take before the test fails (an upper bound, never a target).
 RECOVERY_DEADLINE = 15.0
@@ -48,7 +51,7 @@ RECOVERY_DEADLINE = 15.0
 
 
 def build(flavour: str, url: str, **options: Any) -> Checker:
-    """A sync or asyncio brake on `url`, behind the coroutine face of `tests.brakes.Checker`."""
+    """A sync or asyncio brake on `url`, behind the coroutine face of `tests.backends.Checker`."""
     settings = BrakeSettings.model_validate(options)
     if flavour == "sync":
         return Checker(DistributedBrake.from_url(url, settings=settings))
@@ -271,12 +274,12 @@ async def test_redis_killed_mid_stream_then_back(
     server.kill()
     during = [await outcome(brake, "search", {"q": 2}, session_id="outage") for _ in range(4)]
     if policy == "open":
-        assert during == [("open", 0)] * 4  # allowed, nothing counted: a loop runs free
+        assert during == [("fail-open", 0)] * 4  # allowed, nothing counted: a loop runs free
     elif policy == "closed":
         assert during == [("unavailable", 0)] * 4  # the tool never runs
     else:
         # this process still brakes: the 3rd identical call in a row is denied
-        assert during == [("local", 1), ("local", 2), ("denied", 3), ("denied", 4)]
+        assert during == [("fallback", 1), ("fallback", 2), ("denied", 3), ("denied", 4)]
 
     server.start()
     verdict = await until_redis(brake, "after")  # the same brake object, no restart
@@ -332,7 +335,7 @@ async def test_black_hole_first_check_is_bounded(
     verdict = await brake.check("search", {"q": 1}, session_id="s")
     elapsed = time.perf_counter() - start
     print(f"black hole, {flavour}, {'warm' if connected else 'cold'}: first check {elapsed * 1000:.0f} ms")
-    assert verdict.decided_by == "local"
+    assert verdict.decided_by == "fallback"
     assert elapsed < 1.0
 
 
@@ -344,14 +347,14 @@ async def test_black_hole_later_checks_do_not_wait(
     """While Redis is known down, checks go straight to the policy: no timeout paid, no connection."""
     brake = make(flavour, proxy.url, timeout_seconds=0.3, on_backend_error=policy, retry_after_seconds=30)
     proxy.black_hole()
-    assert (await brake.check("search", {"q": 0}, session_id="s")).decided_by == policy
+    assert (await brake.check("search", {"q": 0}, session_id="s")).decided_by == DECIDED_BY_POLICY[policy]
     connections = proxy.connections
     times = []
     for i in range(200):
         start = time.perf_counter()
         verdict = await brake.check("search", {"q": i}, session_id="s")
         times.append(time.perf_counter() - start)
-        assert verdict.decided_by == policy
+        assert verdict.decided_by == DECIDED_BY_POLICY[policy]
     median = statistics.median(times)
     print(f"black hole, {flavour}, {policy}: median check while down {median * 1e6:.1f} us")
     assert median < 0.0005
@@ -376,7 +379,7 @@ async def test_black_hole_is_reprobed_on_a_backoff(
         verdict = await brake.check("search", {"q": checks}, session_id="s")
         probes += time.perf_counter() - start > 0.1  # only a check that asked Redis waits the timeout
         checks += 1
-        assert verdict.decided_by == "local"
+        assert verdict.decided_by == "fallback"
         await asyncio.sleep(0.002)
     dialled = proxy.connections - before
     # pauses 0.05+0.1+0.2+0.4+0.8+1.6 > 2.5 s: at most 6 probes after the first failure, even with no delay
@@ -410,7 +413,7 @@ async def test_cancelled_probe_does_not_keep_redis_shut_out(proxy: FaultProxy, m
     """The host cancels the one check that was probing Redis; a later check must probe again."""
     brake = make("async", proxy.url, timeout_seconds=2.0, on_backend_error="local", retry_after_seconds=0.05)
     proxy.refuse()
-    assert (await brake.check("search", {"q": 0}, session_id="s")).decided_by == "local"
+    assert (await brake.check("search", {"q": 0}, session_id="s")).decided_by == "fallback"
     proxy.black_hole()
     probe_sent = proxy.connections
     await asyncio.sleep(0.1)  # the probe is due
@@ -442,7 +445,7 @@ async def test_timed_out_async_check_leaves_no_unretrieved_exception(
         brake = make("async", proxy.url, timeout_seconds=0.3, on_backend_error="local", retry_after_seconds=30)
         assert (await brake.check("warm", {}, session_id="s")).decided_by == "redis"
         proxy.black_hole()
-        assert (await brake.check("search", {"q": 1}, session_id="s")).decided_by == "local"
+        assert (await brake.check("search", {"q": 1}, session_id="s")).decided_by == "fallback"
         await eventually(lambda: len(asyncio.all_tasks()) == 1, "the brake's pipeline to give up")
         gc.collect()
         await asyncio.sleep(0)
@@ -518,8 +521,8 @@ async def test_cluster_failover_keeps_streaks(
         await asyncio.sleep(0.02)
     await asyncio.to_thread(failover.join)
     assert promoted, "the failover did not complete"
-    assert set(seen) <= {"redis", "local"}
-    assert "local" in seen  # the gap was bridged in-process
+    assert set(seen) <= {"redis", "fallback"}
+    assert "fallback" in seen  # the gap was bridged in-process
 
     assert (await until_redis(brake, probe_session)).decided_by == "redis"
     # every streak written before the failover continues where it was

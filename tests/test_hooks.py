@@ -8,7 +8,7 @@ import pytest
 
 from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake, LoopBrakeError
 from distbrake.hooks import install
-from tests.conftest import memory_url
+from tests.backends import memory_url
 
 
 class Registry:

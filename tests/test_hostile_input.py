@@ -1,7 +1,7 @@
 """Hostile and bad input: every one a clear error or a correct verdict.
 
 Nothing here may crash with an unexpected exception, hang, or make Redis
-hold more than a small, bounded slot per session, whatever the arguments,
+hold more than a small, bounded streak record per session, whatever the arguments,
 tool name, session id or call id. Covered: configuration from arguments and
 the environment (beyond tests/test_config_and_errors.py), backend URLs,
 values JSON cannot express, 10k-deep nesting, 10 MB arguments, NaN and
@@ -45,13 +45,13 @@ from distbrake import (
     canonical_json,
     session_key,
 )
-from tests.conftest import memory_url
+from tests.backends import memory_url
 
 SECRET_PW = "pw-" + uuid.uuid4().hex  # built at run time: never in a traceback's source line
 JS_HELPER = Path(__file__).with_name("js_parity.mjs")
 NODE = shutil.which("node") or "/usr/bin/node"
-SLOT_BYTES = 1024  # the most one session's slot may cost in Redis (MEMORY USAGE)
-STORED_BYTES = 400  # the most the slot's field names and values may add up to
+RECORD_BYTES = 1024  # the most one session's record may cost in Redis (MEMORY USAGE)
+STORED_BYTES = 400  # the most the record's field names and values may add up to
 
 _prefixes = itertools.count()
 
@@ -80,7 +80,7 @@ def brake(redis_url: str) -> Iterator[DistributedBrake]:
     made.close()
 
 
-def slot_sizes(client: Any) -> list[tuple[int, int, int]]:
+def record_sizes(client: Any) -> list[tuple[int, int, int]]:
     """(key length, MEMORY USAGE, bytes of every field name and value) of every key."""
     sizes = []
     for key in client.keys("*"):
@@ -321,14 +321,14 @@ def test_ten_thousand_deep_nesting_is_a_clear_error_not_recursion(brake: Distrib
             brake.check("tool", deep)
 
 
-def test_ten_megabyte_arguments_leave_a_small_slot(brake: DistributedBrake, admin: redis.Redis) -> None:
+def test_ten_megabyte_arguments_leave_a_small_record(brake: DistributedBrake, admin: redis.Redis) -> None:
     blob = "x" * (10 * 1024 * 1024)
     args = {"blob": blob, blob[:1024 * 1024]: [blob[:100]] * 10}
     assert counts(brake, "upload", args, 3, session_id="big") == [1, 2, -3]
     assert counts(brake, "upload", {"blob": blob + "y"}, 1, session_id="big") == [1]
-    [(key_length, memory, stored)] = slot_sizes(admin)
+    [(key_length, memory, stored)] = record_sizes(admin)
     assert key_length == len(session_key("big"))
-    assert memory <= SLOT_BYTES and stored <= STORED_BYTES
+    assert memory <= RECORD_BYTES and stored <= STORED_BYTES
     state = brake.inspect("big")
     assert state is not None and state.count == 1 and state.tool_name == "upload"
 
@@ -370,7 +370,7 @@ def test_lone_surrogates_in_args_tool_session_and_call_id(brake: DistributedBrak
     assert len({session_key(lone) for lone in LONE}) == len(LONE)
     assert admin.dbsize() == len(LONE)
     assert len(list(brake.sessions())) == len(LONE)
-    assert all(stored <= STORED_BYTES for _, _, stored in slot_sizes(admin))
+    assert all(stored <= STORED_BYTES for _, _, stored in record_sizes(admin))
 
 
 def test_a_surrogate_pair_held_as_two_code_points_is_the_astral_character(brake: DistributedBrake) -> None:
@@ -401,8 +401,8 @@ def test_megabyte_identifiers_keep_key_and_value_small(brake: DistributedBrake, 
     with pytest.raises(LoopBrakeError) as again:  # the same call id: a replay, the same verdict
         brake.check(tool, {"a": 1}, session_id=session, call_id=call_id)
     assert again.value.count == 3
-    [(key_length, memory, stored)] = slot_sizes(admin)
-    assert key_length == len(session_key("x")) and memory <= SLOT_BYTES and stored <= STORED_BYTES
+    [(key_length, memory, stored)] = record_sizes(admin)
+    assert key_length == len(session_key("x")) and memory <= RECORD_BYTES and stored <= STORED_BYTES
     state = brake.inspect(session)
     assert state is not None
     assert 0 < len(state.session_id) <= 128 and session.startswith(state.session_id)
@@ -542,7 +542,7 @@ CALL_IDS = [None, None, None, "id1", "id2", "id3", ""]
 
 
 @dataclass
-class ModelSlot:
+class ModelRecord:
     call: tuple[str, str]
     count: int
     last: str | None  # None: a random id no later call can repeat
@@ -554,19 +554,19 @@ class Model:
     or the previous one (n - 1) of the streak: a replay; a different call -> 1."""
 
     def __init__(self) -> None:
-        self.slots: dict[str, ModelSlot] = {}
+        self.records: dict[str, ModelRecord] = {}
 
     def check(self, session: str, call: tuple[str, str], call_id: str | None) -> tuple[int, bool]:
-        slot = self.slots.get(session)
-        if slot is not None and slot.call == call:
-            if call_id is not None and call_id == slot.last:
-                return slot.count, True
-            if call_id is not None and slot.count > 1 and call_id == slot.previous:
-                return slot.count - 1, True
-            self.slots[session] = ModelSlot(call, slot.count + 1, call_id, slot.last)
+        record = self.records.get(session)
+        if record is not None and record.call == call:
+            if call_id is not None and call_id == record.last:
+                return record.count, True
+            if call_id is not None and record.count > 1 and call_id == record.previous:
+                return record.count - 1, True
+            self.records[session] = ModelRecord(call, record.count + 1, call_id, record.last)
         else:
-            self.slots[session] = ModelSlot(call, 1, call_id, None)
-        return self.slots[session].count, False
+            self.records[session] = ModelRecord(call, 1, call_id, None)
+        return self.records[session].count, False
 
 
 def test_distributed_brake_matches_the_reference_model_on_real_redis(redis_url: str) -> None:
@@ -599,22 +599,22 @@ def test_distributed_brake_matches_the_reference_model_on_real_redis(redis_url: 
 
         @rule(session=st.sampled_from(SESSION_CHOICES))
         def clear(self, session: str) -> None:
-            assert self.brake.clear(session) is (self.model.slots.pop(session, None) is not None)
+            assert self.brake.clear(session) is (self.model.records.pop(session, None) is not None)
 
         @rule(session=st.sampled_from(SESSION_CHOICES))
         def inspect(self, session: str) -> None:
             state = self.brake.inspect(session)
-            slot = self.model.slots.get(session)
-            if slot is None:
+            record = self.model.records.get(session)
+            if record is None:
                 assert state is None
                 return
             assert state is not None
-            assert (state.count, state.tool_name, state.session_id) == (slot.count, slot.call[0], session[:128])
+            assert (state.count, state.tool_name, state.session_id) == (record.count, record.call[0], session[:128])
 
         @rule()
         def listing(self) -> None:
             listed = sorted((s.session_id, s.count) for s in self.brake.sessions())
-            assert listed == sorted((k[:128], v.count) for k, v in self.model.slots.items())
+            assert listed == sorted((k[:128], v.count) for k, v in self.model.records.items())
 
         def teardown(self) -> None:
             self.brake.clear_all()
@@ -707,7 +707,7 @@ IDENTIFIERS = st.lists(CHARS, max_size=300).map("".join)
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tool=IDENTIFIERS, session=IDENTIFIERS, call_id=st.none() | IDENTIFIERS, args=JSON_VALUES)
-def test_any_identifiers_give_a_verdict_and_a_small_slot(
+def test_any_identifiers_give_a_verdict_and_a_small_record(
     brake: DistributedBrake, admin: redis.Redis, tool: str, session: str, call_id: str | None, args: Any
 ) -> None:
     admin.flushdb()
@@ -715,8 +715,8 @@ def test_any_identifiers_give_a_verdict_and_a_small_slot(
     second = brake.check(tool, args, session_id=session, call_id=call_id)
     assert first.count == 1
     assert (second.count, second.replayed) == ((1, True) if call_id is not None else (2, False))
-    [(key_length, memory, stored)] = slot_sizes(admin)
-    assert key_length == len(session_key("")) and memory <= SLOT_BYTES and stored <= STORED_BYTES
+    [(key_length, memory, stored)] = record_sizes(admin)
+    assert key_length == len(session_key("")) and memory <= RECORD_BYTES and stored <= STORED_BYTES
     state = brake.inspect(session)
     assert state is not None and state.count == second.count
 

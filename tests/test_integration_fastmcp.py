@@ -8,9 +8,8 @@ the client's `_meta`, the principal, or (handshake era only) the transport.
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -24,52 +23,17 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
 from distbrake import (
-    AsyncDistributedBrake,
-    DistributedBrake,
     LoopBrake,
     LoopBrakeError,
     call_hash,
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
-from tests.brakes import close_brakes
+from tests.backends import REDIS_BRAKES, Brakes, inspect_count, session_names
+from tests.backends import AnyBrake as Brake
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
-
-Brake = LoopBrake | DistributedBrake | AsyncDistributedBrake
-
-
-# -- brakes -------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def redis_brakes(redis_url: str) -> AsyncIterator[Callable[[str], Brake]]:
-    """Real-Redis brakes of either flavour ("sync" / "async") on the suite's server."""
-    made: list[Brake] = []
-
-    def make(flavour: str) -> Brake:
-        cls = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
-        brake = cls.from_url(redis_url)
-        made.append(brake)
-        return brake
-
-    yield make
-    await close_brakes(made)
-
-
-async def inspect_count(brake: Brake, session_id: str) -> int | None:
-    state: Any = brake.inspect(session_id)
-    if inspect.isawaitable(state):
-        state = await state
-    return None if state is None else int(state.count)
-
-
-async def session_names(brake: Brake) -> list[str]:
-    found = brake.sessions()
-    if hasattr(found, "__aiter__"):
-        return sorted([s.session_id async for s in found])
-    return sorted(s.session_id for s in found)
 
 
 # -- a server with one counted tool ---------------------------------------------------
@@ -326,12 +290,10 @@ async def test_client_call_id_makes_a_retry_count_once(make_brake: Callable[...,
 # -- two workers, one Redis ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
-async def test_two_servers_share_a_streak_through_redis(
-    redis_brakes: Callable[[str], Brake], flavour: str
-) -> None:
-    worker_a = SearchServer(redis_brakes(flavour))
-    worker_b = SearchServer(redis_brakes(flavour))
+@pytest.mark.parametrize("kind", REDIS_BRAKES)
+async def test_two_servers_share_a_streak_through_redis(brakes: Brakes, kind: str) -> None:
+    worker_a = SearchServer(brakes(kind))
+    worker_b = SearchServer(brakes(kind))
     async with Client(worker_a.mcp) as to_a, Client(worker_b.mcp) as to_b:
         assert (await call(to_a, {"session_id": "s1"}))[0] is False
         assert (await call(to_b, {"session_id": "s1"}))[0] is False

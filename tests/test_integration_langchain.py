@@ -36,11 +36,9 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.langchain import LoopBrakeMiddleware, tool_call_wrappers
-from tests.conftest import memory_url
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, memory_url
 
 ROOT = Path(__file__).resolve().parents[1]
-SYNC_KINDS = ["loop", "memory", "redis"]
-ALL_KINDS = [*SYNC_KINDS, "memory-async"]
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
 FINAL = "final answer: it is sunny"
 INPUT: Any = {"messages": [{"role": "user", "content": "weather?"}]}
@@ -126,7 +124,7 @@ def assert_refused(scripted: ScriptedModel, call_id: str = "call_3") -> ToolMess
 # -- create_agent: the whole loop -------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_agent_invoke_denies_third_call_and_finishes(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -141,7 +139,7 @@ def test_agent_invoke_denies_third_call_and_finishes(
     assert len(scripted.prompts) == 4  # 3 tool turns, then the final answer
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_agent_ainvoke_denies_third_call_and_finishes(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -159,7 +157,7 @@ async def test_agent_ainvoke_denies_third_call_and_finishes(
 def test_agent_stream_denies_third_call(brakes: Callable[..., Any], search: Search) -> None:
     scripted = repeating()
     agent = create_agent(
-        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("memory"))]
+        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("sync-memory"))]
     )
 
     chunks = list(agent.stream(INPUT, config("t-stream"), stream_mode="updates"))
@@ -172,7 +170,7 @@ def test_agent_stream_denies_third_call(brakes: Callable[..., Any], search: Sear
 async def test_agent_astream_denies_third_call(brakes: Callable[..., Any], search: Search) -> None:
     scripted = repeating()
     agent = create_agent(
-        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("memory-async"))]
+        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("async-memory"))]
     )
 
     chunks = [chunk async for chunk in agent.astream(INPUT, config("t-astream"))]
@@ -181,7 +179,7 @@ async def test_agent_astream_denies_third_call(brakes: Callable[..., Any], searc
     assert_refused(scripted)
     assert chunks
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_agent_invoke_on_deny_raise_aborts_the_run(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -200,7 +198,7 @@ def test_agent_invoke_on_deny_raise_aborts_the_run(
     assert len(scripted.prompts) == 3  # the model never got a 4th turn
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_agent_ainvoke_on_deny_raise_aborts_the_run(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -277,10 +275,10 @@ def test_two_workers_share_a_thread_streak_through_redis(
     search_a, search_b = Search(), Search()
     model_a, model_b = repeating(2, "a"), repeating(1, "b")
     worker_a = create_agent(
-        model_a, [search_a.tool], middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))]
+        model_a, [search_a.tool], middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))]
     )
     worker_b = create_agent(
-        model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))]
+        model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))]
     )
 
     worker_a.invoke(INPUT, config("shared"))
@@ -299,7 +297,7 @@ async def test_two_async_workers_share_a_thread_streak_through_redis(
     model_b = repeating(1, "b")
     worker_a = create_agent(
         repeating(2, "a"), [search_a.tool],
-        middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))],
+        middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))],
     )
     brake_b = AsyncDistributedBrake.from_url(redis_url)
     worker_b = create_agent(model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brake_b)])
@@ -339,7 +337,7 @@ def test_a_worker_process_continues_the_thread_streak(
 ) -> None:
     worker_a = create_agent(
         repeating(2, "a"), [search.tool],
-        middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))],
+        middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))],
     )
     worker_a.invoke(INPUT, config("shared-process"))
 
@@ -364,11 +362,11 @@ def test_different_threads_do_not_share_a_streak(
     search_a, search_b = Search(), Search()
     worker_a = create_agent(
         repeating(2, "a"), [search_a.tool],
-        middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))],
+        middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))],
     )
     model_b = repeating(2, "b")
     worker_b = create_agent(
-        model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brakes("redis", redis_url))]
+        model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))]
     )
 
     worker_a.invoke(INPUT, config("thread-a"))
@@ -385,7 +383,7 @@ def parallel_turn() -> ScriptedModel:
     return model(calls("p1", "p2", "p3"))
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_parallel_identical_calls_invoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -402,7 +400,7 @@ def test_parallel_identical_calls_invoke(
     assert result["messages"][-1].content == FINAL
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_parallel_identical_calls_ainvoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -434,7 +432,7 @@ def graph(scripted: ScriptedModel, node: ToolNode) -> Any:
     return builder.compile()
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_tool_node_wrappers_invoke(kind: str, brakes: Callable[..., Any], search: Search) -> None:
     scripted = repeating()
     wrap, awrap = tool_call_wrappers(brakes(kind))
@@ -447,7 +445,7 @@ def test_tool_node_wrappers_invoke(kind: str, brakes: Callable[..., Any], search
     assert result["messages"][-1].content == FINAL
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_tool_node_wrappers_ainvoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -463,7 +461,7 @@ async def test_tool_node_wrappers_ainvoke(
 
 
 def test_tool_node_on_deny_raise_propagates(brakes: Callable[..., Any], search: Search) -> None:
-    wrap, awrap = tool_call_wrappers(brakes("memory"), on_deny="raise")
+    wrap, awrap = tool_call_wrappers(brakes("sync-memory"), on_deny="raise")
     app = graph(repeating(), ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
 
     with pytest.raises(LoopBrakeError):
@@ -498,8 +496,8 @@ def astacked(outer: AWrap, inner: AWrap) -> AWrap:
 def test_two_wrappers_count_a_call_once(
     layers: str, brakes: Callable[..., Any], redis_url: str, search: Search
 ) -> None:
-    first = brakes("redis", redis_url) if layers != "one-brake" else brakes("loop")
-    second = brakes("redis", redis_url) if layers != "one-brake" else first
+    first = brakes("sync-redis", redis_url) if layers != "one-brake" else brakes("loop")
+    second = brakes("sync-redis", redis_url) if layers != "one-brake" else first
     (outer, _), (inner, _) = tool_call_wrappers(first), tool_call_wrappers(second)
     scripted = repeating()
     app = graph(scripted, ToolNode([search.tool], wrap_tool_call=stacked(outer, inner)))
@@ -517,8 +515,8 @@ async def test_two_async_wrappers_count_a_call_once(
     redis_url: str, brakes: Callable[..., Any], search: Search
 ) -> None:
     (_, outer), (_, inner) = (
-        tool_call_wrappers(brakes("redis", redis_url)),
-        tool_call_wrappers(brakes("redis", redis_url)),
+        tool_call_wrappers(brakes("sync-redis", redis_url)),
+        tool_call_wrappers(brakes("sync-redis", redis_url)),
     )
     scripted = repeating()
     app = graph(scripted, ToolNode([search.tool], awrap_tool_call=astacked(outer, inner)))
@@ -537,8 +535,8 @@ def test_two_middlewares_in_one_agent_count_a_call_once(
     agent = create_agent(
         scripted, [search.tool],
         middleware=[
-            LoopBrakeMiddleware(brakes("memory", url), name="fleet-brake"),
-            LoopBrakeMiddleware(brakes("memory", url), name="team-brake"),
+            LoopBrakeMiddleware(brakes("sync-memory", url), name="fleet-brake"),
+            LoopBrakeMiddleware(brakes("sync-memory", url), name="team-brake"),
         ],
     )
 
@@ -548,7 +546,7 @@ def test_two_middlewares_in_one_agent_count_a_call_once(
     assert_refused(scripted)
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_two_layers_of_one_brake_count_parallel_calls_once_invoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -564,7 +562,7 @@ def test_two_layers_of_one_brake_count_parallel_calls_once_invoke(
     assert len(scripted.refusals()) == 1
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_two_layers_of_one_brake_count_parallel_calls_once_ainvoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -584,7 +582,7 @@ async def test_two_layers_of_one_brake_count_parallel_calls_once_ainvoke(
 async def test_tool_node_stacked_wrappers_of_one_brake_parallel(
     brakes: Callable[..., Any], search: Search
 ) -> None:
-    brake, scripted = brakes("memory"), parallel_turn()
+    brake, scripted = brakes("sync-memory"), parallel_turn()
     (_, outer), (_, inner) = tool_call_wrappers(brake), tool_call_wrappers(brake)
     app = graph(scripted, ToolNode([search.tool], awrap_tool_call=astacked(outer, inner)))
 
@@ -594,7 +592,7 @@ async def test_tool_node_stacked_wrappers_of_one_brake_parallel(
     assert len(scripted.refusals()) == 1
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_tool_call_ids_repeated_every_turn_still_count(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
@@ -612,7 +610,7 @@ async def test_tool_call_ids_repeated_every_turn_still_count_in_a_tool_node(
     brakes: Callable[..., Any], search: Search
 ) -> None:
     scripted = model(calls("call_0"), calls("call_0"), calls("call_0"))
-    wrap, awrap = tool_call_wrappers(brakes("memory-async"))
+    wrap, awrap = tool_call_wrappers(brakes("async-memory"))
     app = graph(scripted, ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
 
     await app.ainvoke(INPUT, config("tn-reused"))

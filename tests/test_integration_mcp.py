@@ -8,7 +8,6 @@ stateless 2026-07-28 protocol (a fresh connection per request), "legacy" the
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,31 +23,14 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.extension import compose_tool_call_handler
 
-from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake, call_hash, hash_prefix
+from distbrake import LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
+from tests.backends import REDIS_BRAKES, Brakes, inspect_count, session_names
+from tests.backends import AnyBrake as Brake
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
 WIRINGS = ["wrap", "extension"]
-
-Brake = LoopBrake | DistributedBrake | AsyncDistributedBrake
-
-
-# -- brakes -------------------------------------------------------------------------
-
-
-async def session_names(brake: Brake) -> list[str]:
-    found = brake.sessions()
-    if hasattr(found, "__aiter__"):
-        return sorted([s.session_id async for s in found])
-    return sorted(s.session_id for s in found)
-
-
-async def inspect_count(brake: Brake, session_id: str) -> int | None:
-    state: Any = brake.inspect(session_id)
-    if inspect.isawaitable(state):
-        state = await state
-    return None if state is None else int(state.count)
 
 
 # -- a low-level server with one counted tool -------------------------------------------
@@ -254,27 +236,17 @@ async def test_extension_on_the_high_level_mcpserver(make_brake: Callable[..., B
 # -- two workers, one Redis ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("kind", REDIS_BRAKES)
 @pytest.mark.parametrize("wiring", WIRINGS)
-async def test_two_servers_share_a_streak_through_redis(
-    redis_url: str, flavour: str, wiring: str
-) -> None:
-    cls = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
-    brake_a, brake_b = cls.from_url(redis_url), cls.from_url(redis_url)
+async def test_two_servers_share_a_streak_through_redis(brakes: Brakes, kind: str, wiring: str) -> None:
+    brake_a, brake_b = brakes(kind), brakes(kind)
     worker_a, worker_b = SearchServer(brake_a, wiring), SearchServer(brake_b, wiring)
-    try:
-        async with Client(worker_a.server) as to_a, Client(worker_b.server) as to_b:
-            assert (await call(to_a, {"session_id": "s1"}))[0] is False
-            assert (await call(to_b, {"session_id": "s1"}))[0] is False
-            assert (await call(to_b, {"session_id": "s2"}))[0] is False  # not shared
-            assert (await call(to_a, {"session_id": "s2"}))[0] is False
-            denied, text = await call(to_a, {"session_id": "s1"})
-    finally:
-        for brake in (brake_a, brake_b):
-            if isinstance(brake, AsyncDistributedBrake):
-                await brake.aclose()
-            else:
-                brake.close()
+    async with Client(worker_a.server) as to_a, Client(worker_b.server) as to_b:
+        assert (await call(to_a, {"session_id": "s1"}))[0] is False
+        assert (await call(to_b, {"session_id": "s1"}))[0] is False
+        assert (await call(to_b, {"session_id": "s2"}))[0] is False  # not shared
+        assert (await call(to_a, {"session_id": "s2"}))[0] is False
+        denied, text = await call(to_a, {"session_id": "s1"})
     assert denied is True
     assert_refusal(text)
     assert (worker_a.runs, worker_b.runs) == (2, 2)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,8 +30,6 @@ from agents.run_config import ToolExecutionConfig
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from distbrake import (
-    AsyncDistributedBrake,
-    DistributedBrake,
     LoopBrake,
     bind_session,
     call_hash,
@@ -44,11 +41,11 @@ from distbrake.integrations.openai_agents import (
     loop_brake_guardrail,
     tool_arguments,
 )
+from tests.backends import REDIS_BRAKES, Brakes, inspect_count
+from tests.backends import AnyBrake as Brake
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
-
-Brake = LoopBrake | DistributedBrake | AsyncDistributedBrake
 
 
 @pytest.fixture(autouse=True)
@@ -60,16 +57,6 @@ def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def config(group_id: str | None = "conv-1", **options: Any) -> RunConfig:
     return RunConfig(group_id=group_id, tracing_disabled=True, **options)
-
-
-# -- brakes -------------------------------------------------------------------------
-
-
-async def inspect_count(brake: Brake, session_id: str) -> int | None:
-    state: Any = brake.inspect(session_id)
-    if inspect.isawaitable(state):
-        state = await state
-    return None if state is None else int(state.count)
 
 
 # -- an agent with one counted tool -------------------------------------------------
@@ -268,10 +255,9 @@ async def test_session_from_overrides_and_none_falls_back() -> None:
 # -- two workers, one Redis ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
-async def test_two_agents_share_a_streak_through_redis(redis_url: str, flavour: str) -> None:
-    cls = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
-    brake_a, brake_b = cls.from_url(redis_url), cls.from_url(redis_url)
+@pytest.mark.parametrize("kind", REDIS_BRAKES)
+async def test_two_agents_share_a_streak_through_redis(brakes: Brakes, kind: str) -> None:
+    brake_a, brake_b = brakes(kind), brakes(kind)
     search_a, search_b = Search(), Search()
     model_a = ScriptedModel([calls("a_1"), calls("a_2"), [assistant_message("a done")]])
     model_b = ScriptedModel([calls("b_1"), [assistant_message("b done")]])
@@ -282,16 +268,9 @@ async def test_two_agents_share_a_streak_through_redis(redis_url: str, flavour: 
     attach_loop_brake(agent_a, brake_a)
     attach_loop_brake(agent_b, brake_b)
     attach_loop_brake(agent_c, brake_b)
-    try:
-        await Runner.run(agent_a, "hi", run_config=config("conv-shared"))
-        await Runner.run(agent_b, "hi", run_config=config("conv-shared"))
-        await Runner.run(agent_c, "hi", run_config=config("conv-other"))  # not shared
-    finally:
-        for brake in (brake_a, brake_b):
-            if isinstance(brake, AsyncDistributedBrake):
-                await brake.aclose()
-            else:
-                brake.close()
+    await Runner.run(agent_a, "hi", run_config=config("conv-shared"))
+    await Runner.run(agent_b, "hi", run_config=config("conv-shared"))
+    await Runner.run(agent_c, "hi", run_config=config("conv-other"))  # not shared
     assert search_a.runs == 2
     assert_refusal(outputs(model_b)["b_1"])
     assert outputs(model_c)["c_1"] == "results for weather"

@@ -38,9 +38,8 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.pydantic_ai import LoopBrakeCapability
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES
 
-SYNC_KINDS = ["loop", "memory", "redis"]
-ALL_KINDS = [*SYNC_KINDS, "memory-async"]
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
 FINAL = "final answer: it is sunny"
 
@@ -135,7 +134,7 @@ def assert_refused(script: Script, call_id: str = "call_3") -> ToolReturnPart:
 # -- the whole loop ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_run_sync_denies_third_call_and_finishes(kind: str, brakes: Any) -> None:
     worker = Worker(repeating(), LoopBrakeCapability(brakes(kind)))
 
@@ -147,7 +146,7 @@ def test_run_sync_denies_third_call_and_finishes(kind: str, brakes: Any) -> None
     assert len(worker.script.prompts) == 4
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_run_denies_third_call_and_finishes(kind: str, brakes: Any) -> None:
     worker = Worker(repeating(), LoopBrakeCapability(brakes(kind)))
 
@@ -158,7 +157,7 @@ async def test_run_denies_third_call_and_finishes(kind: str, brakes: Any) -> Non
     assert result.output == FINAL
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_run_sync_on_deny_raise_aborts_the_run(kind: str, brakes: Any) -> None:
     worker = Worker(repeating(), LoopBrakeCapability(brakes(kind), on_deny="raise"))
 
@@ -173,7 +172,7 @@ def test_run_sync_on_deny_raise_aborts_the_run(kind: str, brakes: Any) -> None:
     assert len(worker.script.prompts) == 3
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_run_on_deny_raise_aborts_the_run(kind: str, brakes: Any) -> None:
     worker = Worker(repeating(), LoopBrakeCapability(brakes(kind), on_deny="raise"))
 
@@ -274,8 +273,8 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 def test_two_workers_share_a_conversation_streak_through_redis(
     redis_url: str, brakes: Any
 ) -> None:
-    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("redis", redis_url)))
-    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brakes("redis", redis_url)))
+    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
+    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
 
     worker_a.agent.run_sync("weather?", conversation_id="shared")
     result = worker_b.agent.run_sync("weather?", conversation_id="shared")
@@ -290,7 +289,7 @@ async def test_two_async_workers_share_a_conversation_streak_through_redis(
     redis_url: str, brakes: Any
 ) -> None:
     brake_b = AsyncDistributedBrake.from_url(redis_url)
-    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("redis", redis_url)))
+    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
     worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brake_b))
     try:
         await worker_a.agent.run("weather?", conversation_id="shared-async")
@@ -303,8 +302,8 @@ async def test_two_async_workers_share_a_conversation_streak_through_redis(
 
 
 def test_different_conversations_do_not_share_a_streak(redis_url: str, brakes: Any) -> None:
-    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("redis", redis_url)))
-    worker_b = Worker(repeating(2, "b"), LoopBrakeCapability(brakes("redis", redis_url)))
+    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
+    worker_b = Worker(repeating(2, "b"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
 
     worker_a.agent.run_sync("weather?", conversation_id="conv-a")
     worker_b.agent.run_sync("weather?", conversation_id="conv-b")
@@ -316,7 +315,7 @@ def test_different_conversations_do_not_share_a_streak(redis_url: str, brakes: A
 # -- one turn, several identical calls at once (hooks run concurrently) ------------------
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_parallel_identical_calls_run_sync(kind: str, brakes: Any) -> None:
     worker = Worker(Script(calls("p1", "p2", "p3")), LoopBrakeCapability(brakes(kind)))
 
@@ -330,7 +329,7 @@ def test_parallel_identical_calls_run_sync(kind: str, brakes: Any) -> None:
     assert result.output == FINAL
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_parallel_identical_calls_run(kind: str, brakes: Any) -> None:
     worker = Worker(Script(calls("p1", "p2", "p3")), LoopBrakeCapability(brakes(kind)))
 
@@ -348,8 +347,8 @@ async def test_parallel_identical_calls_run(kind: str, brakes: Any) -> None:
 async def test_two_capabilities_count_a_call_once(
     layers: str, redis_url: str, brakes: Any
 ) -> None:
-    first = brakes("redis", redis_url)
-    second = first if layers == "one-brake" else brakes("redis", redis_url)
+    first = brakes("sync-redis", redis_url)
+    second = first if layers == "one-brake" else brakes("sync-redis", redis_url)
     worker = Worker(repeating(), LoopBrakeCapability(first), LoopBrakeCapability(second))
 
     await worker.agent.run("weather?", conversation_id="conv-twice")
@@ -361,7 +360,7 @@ async def test_two_capabilities_count_a_call_once(
     assert state.count == 3
 
 
-@pytest.mark.parametrize("kind", ALL_KINDS)
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_two_capabilities_of_one_brake_count_parallel_calls_once(
     kind: str, brakes: Any
 ) -> None:
@@ -378,7 +377,7 @@ async def test_two_capabilities_of_one_brake_count_parallel_calls_once(
 
 
 
-@pytest.mark.parametrize("kind", SYNC_KINDS)
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_tool_call_ids_repeated_every_turn_still_count(kind: str, brakes: Any) -> None:
     """Some providers number calls per turn (`search:0` each time): each turn still counts."""
     script = Script(calls("search:0"), calls("search:0"), calls("search:0"))

@@ -32,7 +32,7 @@ def test_wheel_installs_and_finds_its_script(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     probe = (
-        "import distbrake, distbrake.slot as s; from importlib import resources;"
+        "import distbrake, distbrake.redis.wire as s; from importlib import resources;"
         "print(distbrake.__file__);"
         "print(resources.files('distbrake').joinpath('lua', 'brake.lua').is_file());"
         "b = distbrake.DistributedBrake.from_url('memory://wheel');"

@@ -1,4 +1,4 @@
-"""Self-test of the real-Redis test infrastructure in ``redis_servers.py``."""
+"""Self-test of the real-Redis test infrastructure in ``tests/servers/``."""
 
 # redis.sentinel is untyped.
 # mypy: disable-error-code="no-untyped-call"
@@ -20,7 +20,8 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from tests import redis_servers as rs
+from tests import servers as rs
+from tests.servers import process
 
 NO_RETRY = Retry(NoBackoff(), 0)  # redis-py 8 retries 10x with backoff by default
 
@@ -69,7 +70,7 @@ def test_single_server_answers_and_cleans_up() -> None:
         directory = srv.dir
     assert not _pid_alive(pid)
     assert not directory.exists()
-    assert srv not in rs._live.values()
+    assert srv not in process._live.values()
 
 
 def test_startup_failure_reports_log_tail() -> None:

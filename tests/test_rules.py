@@ -7,42 +7,21 @@ cluster.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake, LoopBrakeError
-from tests.brakes import Checker
-from tests.conftest import memory_url
+from distbrake import DistributedBrake, LoopBrake, LoopBrakeError
+from tests.backends import ALL_BRAKES, Brakes, Checker, memory_url
 
 
-@pytest.fixture(
-    params=["loop", "sync-memory", "async-memory", "sync-single", "async-single",
-            "sync-cluster", "async-cluster"]
-)
-async def make(request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Checker]]:
+@pytest.fixture(params=ALL_BRAKES)
+def make(request: pytest.FixtureRequest, brakes: Brakes) -> Callable[..., Checker]:
     """Builds a brake of one kind on one backend (the in-process brake has none)."""
-    kind, _, backend = str(request.param).partition("-")
-    if backend == "memory":
-        url = memory_url()
-    elif backend:
-        url = str(request.getfixturevalue("redis_url" if backend == "single" else "cluster_url"))
-
-    made: list[Checker] = []
-
-    def build(**options: Any) -> Checker:
-        if kind == "loop":
-            return Checker(LoopBrake(**options))
-        cls = DistributedBrake if kind == "sync" else AsyncDistributedBrake
-        made.append(Checker(cls.from_url(url, **options)))
-        return made[-1]
-
-    yield build
-    for checker in made:
-        await checker.close()
+    build = brakes.of(request.param)
+    return lambda **options: Checker(build(**options))
 
 
 # (calls, max_repeats, expected counts; negative = denied)

@@ -44,7 +44,7 @@ from distbrake import (
     session_key,
 )
 from distbrake.settings import load_settings
-from tests.redis_servers import HOST, RedisCluster, RedisServer, TLSRedisServer, free_port
+from tests.servers import HOST, RedisCluster, RedisServer, TLSRedisServer, free_port
 
 # Secrets are made at run time, so that no source line a traceback shows can hold one.
 SECRET = "sk-live-" + secrets.token_hex(12)

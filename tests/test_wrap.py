@@ -19,7 +19,7 @@ from distbrake import (
     decorate_tool,
     wrap_execute,
 )
-from tests.conftest import memory_url
+from tests.backends import memory_url
 
 
 def test_wrap_execute_sync_keeps_signature_and_never_runs_body_on_denial() -> None:

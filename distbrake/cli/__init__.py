@@ -1,4 +1,4 @@
-"""The `distbrake` command line (see README, "CLI").
+"""The `distbrake` command line: the console script `main`, and the command group with its global options.
 
     distbrake [--url URL] [--timeout S] [--key-prefix P] [--max-repeats N] COMMAND ...
 
@@ -17,21 +17,112 @@ Exit codes (stable):
 
 Errors are one line on stderr (with --json, also `{"error": {...}}` on
 stdout), never a traceback, never a password.
+
+The run's state is an `App` (app.py) on click's `ctx.obj`; output.py prints
+and maps errors to exit codes; each other module is one group of commands.
 """
 
 from __future__ import annotations
 
-from .acl_requirements import needed_rules as needed_rules
-from .acl_requirements import script_commands as script_commands
-from .call_commands import parse_args_json as parse_args_json
-from .command_group import cli
-from .command_helpers import json_option as json_option
-from .doctor import Doctor as Doctor
-from .entry_point import main
-from .exit_codes import EXIT_CODES
-from .exit_codes import CliError as CliError
-from .global_options import App as App
-from .run_state import scrub as scrub
-from .session_view import state_json as state_json
+import contextlib
+import logging
+import os
+import sys
 
-__all__ = ["EXIT_CODES", "cli", "main"]
+import click
+
+from .. import __version__
+from .app import App
+from .bench import bench_command
+from .calls import check_command, hash_command
+from .demo import demo_command
+from .doctor import doctor_command
+from .output import EXIT_CODES, EXIT_OK, EXIT_USAGE, CliError, as_cli_error, one_line, report_error
+from .sessions import clear_command, inspect_command, list_command
+
+__all__ = ["EXIT_CODES", "App", "CliError", "cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--url", metavar="URL", default=None,
+              help="Backend URL (default: $DISTBRAKE_URL, else memory://). Passwords are never shown.")
+@click.option("--timeout", "timeout", metavar="SECONDS", default=None,
+              type=click.FloatRange(0, 60, min_open=True),
+              help="Longest wait for Redis, per operation (default: $DISTBRAKE_TIMEOUT_SECONDS, "
+                   "else 0.5).")
+@click.option("--key-prefix", metavar="PREFIX", default=None,
+              help="Key prefix of the brake (default: $DISTBRAKE_KEY_PREFIX, else distbrake).")
+@click.option("--max-repeats", metavar="N", default=None, type=click.IntRange(min=1),
+              help="The limit to judge streaks by (default: $DISTBRAKE_MAX_REPEATS, else 3).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output for the command.")
+@click.version_option(__version__, "-V", "--version", prog_name="distbrake",
+                      message="%(prog)s %(version)s")
+@click.pass_context
+def cli(
+    ctx: click.Context, *, url: str | None, timeout: float | None, key_prefix: str | None,
+    max_repeats: int | None, as_json: bool,
+) -> None:
+    """Inspect, clear and check the loop brake's streaks; diagnose, benchmark, demo.
+
+    \b
+    Exit codes: 0 ok/allowed, 1 not found, 2 usage, 3 denied,
+    4 backend unreachable or misconfigured, 70 internal error.
+    """
+    app = ctx.ensure_object(App)  # made by `main`; a bare `cli(...)` call gets a fresh one
+    app.url, app.timeout, app.key_prefix, app.max_repeats = url, timeout, key_prefix, max_repeats
+    app.env_url = os.environ.get("DISTBRAKE_URL")
+    app.want_json(as_json)
+
+
+for _command in (inspect_command, list_command, clear_command, hash_command, check_command,
+                 doctor_command, bench_command, demo_command):
+    cli.add_command(_command)
+
+
+def _quiet_library_logs() -> None:
+    # The CLI reports denials and failures itself; keep the library's warnings
+    # (which go to stderr when logging is not configured) out of its output.
+    log = logging.getLogger("distbrake")
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `distbrake` console script: run the CLI and exit with its code."""
+    _quiet_library_logs()
+    code = _run_cli(App(), argv)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    sys.exit(code)
+
+
+def _run_cli(app: App, argv: list[str] | None) -> int:
+    """Run the group with `app` as its state; every outcome becomes an exit code (and one line)."""
+    try:
+        result = cli.main(args=argv, prog_name="distbrake", standalone_mode=False, obj=app)
+    except click.exceptions.Exit as done:
+        return int(done.exit_code)
+    except click.exceptions.Abort:
+        click.echo("distbrake: interrupted", err=True)
+        return 130
+    except click.ClickException as error:  # usage errors: one line, exit 2
+        no_args = getattr(click.exceptions, "NoArgsIsHelpError", None)
+        if no_args is not None and isinstance(error, no_args) and error.ctx is not None:
+            click.echo(error.ctx.get_help())  # bare `distbrake`: the help, as usage (exit 2)
+            return EXIT_USAGE
+        message = one_line(error.format_message(), app.secrets)
+        if isinstance(error, click.UsageError) and error.ctx is not None:
+            message += f" (see: {error.ctx.command_path} --help)"
+        return report_error(app, CliError(message, EXIT_USAGE if error.exit_code == 2 else
+                                          error.exit_code, "usage"))
+    except KeyboardInterrupt:
+        click.echo("distbrake: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`distbrake list | head`): not an error of ours.
+        with contextlib.suppress(Exception):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except Exception as error:
+        return report_error(app, as_cli_error(error, app))
+    return result if isinstance(result, int) and not isinstance(result, bool) else EXIT_OK

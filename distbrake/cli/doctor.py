@@ -1,4 +1,4 @@
-"""The checks of `distbrake doctor`, in order, and their report as text or JSON (no click here)."""
+"""The `doctor` command: its checks of the backend in order, each problem with its fix, as text or JSON."""
 
 from __future__ import annotations
 
@@ -12,21 +12,27 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import click
 import redis.exceptions
 from rich.text import Text
 
 from ..errors import ConfigurationError, LoopBrakeError
-from ..redis_brake import DistributedBrake
+from ..redis.acl import command_name, grant_hint, needed_commands, needed_rules
+from ..redis.sync import DistributedBrake
+from ..redis.wire import script_source
 from ..settings import BrakeSettings, value_sources
-from ..slot import script_source
-from ..urls import parse_url, redact_url
-from .acl_requirements import command_name, grant_hint, needed_commands, needed_rules
-from .backend_problems import backend_problem
-from .exit_codes import EXIT_BACKEND
-from .global_options import App
-from .rendering import make_console, make_table, print_renderable
-from .run_state import current_run, one_line, scrub
-from .session_view import ttl_text
+from .app import App, command
+from .output import (
+    EXIT_BACKEND,
+    backend_problem,
+    emit_json,
+    make_console,
+    make_table,
+    one_line,
+    print_renderable,
+    scrub,
+)
+from .sessions import ttl_text
 
 
 @dataclass
@@ -36,9 +42,9 @@ class Finding:
     detail: str
     fix: str = ""
 
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": one_line(self.detail),
-                "fix": one_line(self.fix)}
+    def to_json(self, secrets: frozenset[str]) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "detail": one_line(self.detail, secrets),
+                "fix": one_line(self.fix, secrets)}
 
 
 def _nodes(client: Any, label: str) -> list[tuple[str, Any]]:
@@ -73,8 +79,12 @@ class Doctor:
     def add(self, name: str, status: str, detail: str, fix: str = "") -> None:
         self.findings.append(Finding(name, status, detail, fix))
 
+    def line(self, text: str) -> str:
+        """`text` as the report shows it: scrubbed, on one line."""
+        return one_line(text, self.app.secrets)
+
     def fail_backend(self, name: str, error: BaseException) -> None:
-        _, what, fix = backend_problem(error)
+        _, what, fix = backend_problem(error, self.app)
         self.add(name, "fail", what, fix)
 
     @property
@@ -89,9 +99,6 @@ class Doctor:
                      "correct the value named above (command-line option or DISTBRAKE_* variable)")
             return
         self.configuration(settings)
-        current_run.backend = redact_url(settings.url or "memory://")
-        current_run.timeout = settings.timeout_seconds
-        parsed = parse_url(settings.url or "memory://")
         try:
             brake = DistributedBrake.from_url(settings=settings.model_copy(
                 update={"on_backend_error": "closed"}))
@@ -100,8 +107,8 @@ class Doctor:
             return
         try:
             if self.connect(brake):
-                nodes = _nodes(brake.client, current_run.backend)
-                if self.server_info(parsed.kind, nodes):
+                nodes = _nodes(brake.client, self.app.backend)
+                if self.server_info(settings.parsed_url.kind, nodes):
                     self.script(nodes)
                     self.permissions(brake, nodes)
                     self.end_to_end(brake, nodes)
@@ -114,7 +121,7 @@ class Doctor:
         for name in BrakeSettings.model_fields:
             value: Any = getattr(settings, name)
             if name == "url":
-                value = redact_url(value or "memory://")
+                value = settings.shown_url
             elif isinstance(value, frozenset):
                 value = sorted(value)
             self.config[name] = {"value": value, "source": sources.get(name, "default")}
@@ -131,7 +138,7 @@ class Doctor:
             self.fail_backend("connect", error)
             return False
         self.latency_ms = statistics.median(samples)
-        self.add("connect", "ok", f"PONG from {current_run.backend}")
+        self.add("connect", "ok", f"PONG from {self.app.backend}")
         self.add("latency", "ok", f"{self.latency_ms:.2f} ms round trip (median of 5 PINGs)")
         return True
 
@@ -150,7 +157,7 @@ class Doctor:
                 server = client.info("server")
                 memory = client.info("memory")
             except redis.exceptions.NoPermissionError as error:
-                self.add("server", "warn", f"{name}: may not run INFO ({one_line(str(error))})",
+                self.add("server", "warn", f"{name}: may not run INFO ({self.line(str(error))})",
                          "optional: grant +info to see the server version and mode here")
                 self.server["nodes"] = [n for n, _ in nodes]
                 self.server["mode"] = {"cluster": "cluster", "sentinel": "sentinel"}.get(kind, "single")
@@ -226,7 +233,7 @@ class Doctor:
             first = next(iter(denied.values()))
             self.add("permissions", "fail",
                      f"user {user!r} may not run: {', '.join(denied)} on keys {brake.key_pattern} "
-                     f"({one_line(first)})",
+                     f"({self.line(first)})",
                      "grant them, e.g. " + grant_hint(user, brake.settings.key_prefix, list(denied)))
             return
         names = ", ".join(command_name(c) for c in commands)
@@ -263,12 +270,12 @@ class Doctor:
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "backend": current_run.backend,
+            "backend": self.app.backend,
             "mode": self.server["mode"],
             "server_version": self.server["version"],
             "nodes": self.server["nodes"],
             "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 3),
-            "checks": [f.to_json() for f in self.findings],
+            "checks": [f.to_json(self.app.secrets) for f in self.findings],
             "config": self.config,
         }
 
@@ -276,12 +283,12 @@ class Doctor:
         console = make_console()
         terminal = sys.stdout.isatty()
         styles = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
-        console.print(Text(f"distbrake doctor: {current_run.backend}", style="bold" if terminal else ""))
+        console.print(Text(f"distbrake doctor: {self.app.backend}", style="bold" if terminal else ""))
         table = make_table("", "check", "result")
         for finding in self.findings:
-            result = Text(one_line(finding.detail))
+            result = Text(self.line(finding.detail))
             if finding.fix and finding.status in ("fail", "warn"):
-                result.append(f"\nfix: {one_line(finding.fix)}", style="cyan" if terminal else "")
+                result.append(f"\nfix: {self.line(finding.fix)}", style="cyan" if terminal else "")
             table.add_row(Text(finding.status.upper() if finding.status == "fail" else finding.status,
                                style=styles.get(finding.status, "") if terminal else ""),
                           finding.name, result)
@@ -291,7 +298,7 @@ class Doctor:
             for name, item in self.config.items():
                 value = item["value"]
                 shown = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-                config.add_row(name, Text(scrub(shown)), item["source"])
+                config.add_row(name, Text(scrub(shown, self.app.secrets)), item["source"])
             print_renderable(console, config)
         failed = [f.name for f in self.findings if f.status == "fail"]
         if failed:
@@ -299,3 +306,20 @@ class Doctor:
                                style="bold red" if terminal else ""))
         else:
             console.print(Text("all good", style="green" if terminal else ""))
+
+
+@command("doctor", short_help='Diagnose connection, mode, script, permissions, config.')
+def doctor_command(app: App, as_json: bool) -> None:
+    """Diagnose the backend: connection, version, mode, latency, script, permissions, config.
+
+    Exit 4 when something is wrong (each problem comes with its fix).
+    The end-to-end check writes one probe key under the prefix and deletes it.
+    """
+    doctor = Doctor(app)
+    doctor.run()
+    if as_json:
+        emit_json(doctor.to_json())
+    else:
+        doctor.print()
+    if not doctor.ok:
+        raise click.exceptions.Exit(EXIT_BACKEND)

@@ -1,22 +1,24 @@
-"""The non-I/O half of the distributed brakes, shared by sync and asyncio.
+"""The non-I/O half of the Redis brakes, shared by sync and asyncio.
 
 `DistributedBase` builds the configuration, keeps the failure handler and
 turns calls into script arguments and replies into verdicts. The subclasses
-in `redis_brake.py` and `aio.py` only send and receive.
+in `sync.py` and `aio.py` only send and receive.
 """
 
 from __future__ import annotations
 
 import logging
 from fnmatch import fnmatchcase
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import redis.exceptions
 
-from .base import BrakeBase, PreparedCall, SessionState, Verdict
-from .policy import FailureHandler
-from .settings import BrakeSettings, FailurePolicy, load_settings
-from .slot import (
+from ..core import BrakeCore, PreparedCall, SessionState, Verdict
+from ..policy import FailureHandler
+from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
+from ..urls import ParsedURL
+from ..wrap import GuardMixin
+from .wire import (
     FIELDS,
     decode_reply,
     decode_state,
@@ -25,8 +27,6 @@ from .slot import (
     redis_time,
     session_key,
 )
-from .urls import parse_url, redact_url
-from .wrap import GuardMixin
 
 logger = logging.getLogger("distbrake")
 
@@ -43,33 +43,20 @@ BACKEND_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class DistributedBase(GuardMixin, BrakeBase):
+class DistributedBase(GuardMixin, BrakeCore):
     """Configuration, key layout, encoding and failure policy for a Redis-backed brake."""
 
     def __init__(
         self,
         client: Any,
         *,
-        max_repeats: int | float | str | None = None,
         settings: BrakeSettings | None = None,
-        ttl_seconds: float | None = None,
-        key_prefix: str | None = None,
-        on_backend_error: FailurePolicy | None = None,
-        timeout_seconds: float | None = None,
-        tool_max_repeats: dict[str, int] | None = None,
-        exempt_tools: frozenset[str] | set[str] | None = None,
         url: str | None = None,
+        **options: Unpack[BrakeOptions],
     ) -> None:
-        super().__init__(
-            load_settings(
-                settings, max_repeats=max_repeats, ttl_seconds=ttl_seconds,
-                key_prefix=key_prefix, on_backend_error=on_backend_error,
-                timeout_seconds=timeout_seconds, tool_max_repeats=tool_max_repeats,
-                exempt_tools=exempt_tools, url=url,
-            )
-        )
+        super().__init__(load_settings(settings, url=url, **options))
         self.client = client
-        self.backend = redact_url(self.settings.url) if self.settings.url else repr_client(client)
+        self.backend = self.settings.shown_url if self.settings.url else repr_client(client)
         if self.settings.url is None and _without_timeout(client):
             logger.warning(
                 "distbrake: the client given to %s has no socket_timeout: a Redis that accepts "
@@ -87,7 +74,7 @@ class DistributedBase(GuardMixin, BrakeBase):
         )
 
     @staticmethod
-    def connect(url: str, timeout: float) -> Any:
+    def connect(url: ParsedURL, timeout: float) -> Any:
         """The client `from_url` builds: a sync or an asyncio redis-py client."""
         raise NotImplementedError
 
@@ -96,44 +83,33 @@ class DistributedBase(GuardMixin, BrakeBase):
         cls,
         url: str | None = None,
         *,
-        max_repeats: int | float | str | None = None,
         settings: BrakeSettings | None = None,
-        ttl_seconds: float | None = None,
-        key_prefix: str | None = None,
-        on_backend_error: FailurePolicy | None = None,
-        timeout_seconds: float | None = None,
-        tool_max_repeats: dict[str, int] | None = None,
-        exempt_tools: frozenset[str] | set[str] | None = None,
+        **options: Unpack[BrakeOptions],
     ) -> Self:
         """A brake on `url` (else `DISTBRAKE_URL`, else `memory://`); see the README for schemes.
 
         Arguments > `settings` (or the environment) > defaults. The URL is parsed
         and every setting validated before any connection is made.
         """
-        resolved = cls.settings_for_url(
-            url, settings, max_repeats=max_repeats, ttl_seconds=ttl_seconds,
-            key_prefix=key_prefix, on_backend_error=on_backend_error,
-            timeout_seconds=timeout_seconds, tool_max_repeats=tool_max_repeats,
-            exempt_tools=exempt_tools,
-        )
-        return cls(cls.connect(resolved.url or "memory://", resolved.timeout_seconds), settings=resolved)
+        resolved = cls.settings_for_url(url, settings, **options)
+        return cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved)
 
     @staticmethod
     def settings_for_url(
-        url: str | None, settings: BrakeSettings | None, **options: Any
+        url: str | None, settings: BrakeSettings | None, **options: Unpack[BrakeOptions]
     ) -> BrakeSettings:
         """The settings `from_url` uses: arguments > `settings` or environment > defaults.
 
-        The URL is parsed here, so a bad one fails before any connection.
+        The URL is parsed here, once, so a bad one fails before any connection.
         """
         resolved = load_settings(settings, url=url, **options)
-        if resolved.url is None:
-            resolved = load_settings(resolved, url="memory://")
-        parse_url(resolved.url or "memory://")
+        if resolved.url is None:  # the brake names its backend by URL: the default one
+            resolved = load_settings(resolved, url=DEFAULT_URL)
+        resolved.parsed_url  # noqa: B018  # parse now: a bad URL fails before any connection
         return resolved
 
     def key(self, session_id: str) -> str:
-        """The Redis key of `session_id`'s slot under this brake's prefix."""
+        """The Redis key of `session_id`'s record under this brake's prefix."""
         return session_key(session_id, self.settings.key_prefix)
 
     @property
@@ -157,7 +133,7 @@ class DistributedBase(GuardMixin, BrakeBase):
         now = redis_time(time_reply)
         states = []
         for index in range(0, len(replies), 2):
-            if isinstance(replies[index], Exception):  # not a hash: someone else's key, not a slot
+            if isinstance(replies[index], Exception):  # not a hash: someone else's key, not a record
                 continue
             state = decode_state(replies[index], replies[index + 1], now)
             if state is not None and (match is None or fnmatchcase(state.session_id, match)):

@@ -14,15 +14,17 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
 import redis.asyncio.cluster
 import redis.exceptions
 
-from .base import SessionState, Verdict
+from ..core import SessionState, Verdict
+from ..settings import BrakeOptions, BrakeSettings
+from ..urls import ParsedURL
+from .base import BACKEND_ERRORS, DistributedBase
 from .connect import async_client
-from .distributed import BACKEND_ERRORS, DistributedBase
-from .slot import resp_evalsha, script_sha, script_source
+from .wire import resp_evalsha, script_sha, script_source
 
 __all__ = ["AsyncDistributedBrake"]
 
@@ -176,13 +178,16 @@ class _Coalescer:
 class AsyncDistributedBrake(DistributedBase):
     """The loop brake for asyncio code; `check` is a coroutine."""
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        super().__init__(client, **options)
+    def __init__(
+        self, client: Any, *, settings: BrakeSettings | None = None, url: str | None = None,
+        **options: Unpack[BrakeOptions],
+    ) -> None:
+        super().__init__(client, settings=settings, url=url, **options)
         self._coalescer = _Coalescer(client)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @staticmethod
-    def connect(url: str, timeout: float) -> Any:
+    def connect(url: ParsedURL, timeout: float) -> Any:
         """The client `from_url` builds for this brake."""
         return async_client(url, timeout)
 
@@ -232,7 +237,7 @@ class AsyncDistributedBrake(DistributedBase):
     # -- operations -------------------------------------------------------------------
 
     async def inspect(self, session_id: str) -> SessionState | None:
-        """The session's slot, or None when it has none (never seen, cleared or expired)."""
+        """The session's record, or None when it has none (never seen, cleared or expired)."""
         pipe = self.queue_state_reads(self.client.pipeline(transaction=False), [self.key(session_id)])
         states = self.decode_states(await pipe.execute(), await self.client.time(), None)
         return states[0] if states else None

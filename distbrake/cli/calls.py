@@ -9,12 +9,11 @@ from typing import Any, NoReturn
 import click
 from rich.text import Text
 
+from ..core import Verdict
 from ..errors import LoopBrakeError
 from ..identity import call_hash, hash_prefix
-from .command_helpers import emit_json, is_memory, json_option, memory_hint
-from .exit_codes import EXIT_DENIED, EXIT_USAGE, CliError
-from .global_options import App
-from .rendering import make_console
+from .app import App, command
+from .output import EXIT_DENIED, EXIT_USAGE, CliError, emit_json, make_console, memory_hint
 
 
 def _reject_constant(name: str) -> NoReturn:
@@ -42,11 +41,10 @@ def parse_args_json(text: str) -> Any:
         raise CliError("ARGS_JSON is nested too deeply", EXIT_USAGE, "usage") from None
 
 
-@click.command("hash", short_help='The call hash of TOOL + ARGS_JSON, computed locally.')
+@command("hash", short_help='The call hash of TOOL + ARGS_JSON, computed locally.')
 @click.argument("tool")
 @click.argument("args_json", metavar="ARGS_JSON")
-@json_option
-def hash_command(tool: str, args_json: str, as_json: bool) -> None:
+def hash_command(app: App, tool: str, args_json: str, as_json: bool) -> None:
     """The call hash of TOOL with ARGS_JSON ('-' reads stdin), computed locally.
 
     The 12-character prefix is what denials, logs, `inspect` and `list` show,
@@ -60,14 +58,27 @@ def hash_command(tool: str, args_json: str, as_json: bool) -> None:
     click.echo(f"call_hash    {digest}\nhash_prefix  {hash_prefix(digest)}")
 
 
-@click.command("check", short_help='Count one call as a worker would (exit 3 when denied).')
+def _check_json(outcome: Verdict | LoopBrakeError) -> dict[str, Any]:
+    """`check --json`: the verdict of an allowed call, or the error of a denied one, in one shape."""
+    allowed = isinstance(outcome, Verdict)
+    return {
+        "allowed": allowed, "count": outcome.count, "limit": outcome.max_repeats,
+        "hash_prefix": outcome.hash_prefix, "session_id": outcome.session_id,
+        "tool_name": outcome.tool_name,
+        "replayed": isinstance(outcome, Verdict) and outcome.replayed,
+        "exempt": isinstance(outcome, Verdict) and outcome.exempt,
+        # on_backend_error="closed": only the Redis step (memory:// included) can deny
+        "decided_by": outcome.decided_by if isinstance(outcome, Verdict) else "redis",
+        "message": None if allowed else str(outcome),
+    }
+
+
+@command("check", short_help='Count one call as a worker would (exit 3 when denied).')
 @click.argument("tool")
 @click.argument("args_json", metavar="ARGS_JSON")
 @click.option("--session", "session", required=True, metavar="S", help="The session (agent) id.")
 @click.option("--call-id", "call_id", default=None, metavar="ID",
               help="The host's id of this call (a retry with the same id is counted once).")
-@json_option
-@click.pass_obj
 def check_command(
     app: App, *, tool: str, args_json: str, session: str, call_id: str | None, as_json: bool
 ) -> None:
@@ -78,29 +89,17 @@ def check_command(
     """
     args = parse_args_json(args_json)
     with app.open(on_backend_error="closed") as brake:
-        settings = brake.settings
         try:
             verdict = brake.check(tool, args, session_id=session, call_id=call_id)
         except LoopBrakeError as error:
             if as_json:
-                emit_json({
-                    "allowed": False, "count": error.count, "limit": error.max_repeats,
-                    "hash_prefix": error.hash_prefix, "session_id": error.session_id,
-                    "tool_name": error.tool_name, "replayed": False, "exempt": False,
-                    "decided_by": "redis" if not is_memory(settings) else "memory",
-                    "message": str(error),
-                })
+                emit_json(_check_json(error))
             else:
                 make_console().print(Text(str(error), style="bold red"))
-                memory_hint(settings)
+                memory_hint(app, brake.settings)
             raise click.exceptions.Exit(EXIT_DENIED) from None
     if as_json:
-        emit_json({
-            "allowed": True, "count": verdict.count, "limit": verdict.max_repeats,
-            "hash_prefix": verdict.hash_prefix, "session_id": verdict.session_id,
-            "tool_name": verdict.tool_name, "replayed": verdict.replayed,
-            "exempt": verdict.exempt, "decided_by": verdict.decided_by, "message": None,
-        })
+        emit_json(_check_json(verdict))
         return
     if verdict.exempt:
         click.echo(f"allowed: tool {tool!r} is exempt (not counted)")
@@ -108,4 +107,4 @@ def check_command(
         replay = " (a replay of this call id: counted once)" if verdict.replayed else ""
         click.echo(f"allowed: count {verdict.count} of limit {verdict.max_repeats} "
                    f"(call {verdict.hash_prefix}){replay}")
-    memory_hint(settings)
+    memory_hint(app, brake.settings)

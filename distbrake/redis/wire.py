@@ -15,8 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import cast
 
-from .base import PreparedCall, SessionState
-from .errors import ScriptReplyError
+from ..core import PreparedCall, SessionState
+from ..errors import ScriptReplyError
 
 __all__ = [
     "FIELDS",
@@ -87,7 +87,7 @@ def script_source() -> str:
     packaged = resources.files("distbrake").joinpath("lua", SCRIPT_FILE)
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
-    tree = Path(__file__).resolve().parent.parent / "lua" / SCRIPT_FILE
+    tree = Path(__file__).resolve().parents[2] / "lua" / SCRIPT_FILE
     return tree.read_text(encoding="utf-8")
 
 
@@ -96,7 +96,7 @@ def _utf8(text: str) -> bytes:
 
 
 def session_key(session_id: str, key_prefix: str = "distbrake") -> str:
-    """The Redis key of a session's slot: `<prefix>:<18 chars of base64url(sha256(id))>`.
+    """The Redis key of a session's record: `<prefix>:<18 chars of base64url(sha256(id))>`.
 
     Bounded in length and distinct for any session id (empty, huge, with
     braces, globs, newlines, any Unicode); it holds no hash tag, so sessions
@@ -118,7 +118,7 @@ def _derive_key(session_id: str, key_prefix: str) -> str:
 
 
 def key_pattern(key_prefix: str) -> str:
-    """The SCAN pattern that matches every slot under `key_prefix` and nothing else."""
+    """The SCAN pattern that matches every record under `key_prefix` and nothing else."""
     return f"{key_prefix}:" + "?" * KEY_CHARS
 
 
@@ -163,24 +163,24 @@ def _text(value: object) -> str:
 
 
 def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> SessionState | None:
-    """A slot's HMGET reply (s, h), its PTTL and Redis's TIME as a `SessionState`.
+    """A record's HMGET reply (s, h), its PTTL and Redis's TIME as a `SessionState`.
 
-    None when there is no slot (or the key is not one of ours).
+    None when there is no record (or the key is not one of ours).
     """
-    packed, slot = fields
-    if not isinstance(slot, bytes) or len(slot) < 32 or not slot[31:].isdigit():
+    packed, record = fields
+    if not isinstance(record, bytes) or len(record) < 32 or not record[31:].isdigit():
         return None
     about = packed if isinstance(packed, bytes) else b"\x00"
     tool_end = 1 + about[0]
     left_ms = pttl_ms if isinstance(pttl_ms, int) and pttl_ms >= 0 else None
-    ttl_ms = int.from_bytes(slot[26:31], "big")
+    ttl_ms = int.from_bytes(record[26:31], "big")
     # The last check set the expiry to its own time + ttl, on Redis's clock.
     updated = now - (ttl_ms - left_ms) / 1000 if left_ms is not None else now
     return SessionState(
         session_id=_text(about[tool_end:]),
         tool_name=_text(about[1:tool_end]),
-        hash_prefix=slot[:6].hex(),
-        count=int(slot[31:]),
+        hash_prefix=record[:6].hex(),
+        count=int(record[31:]),
         ttl_seconds=None if left_ms is None else left_ms / 1000,
         updated_at=round(updated, 3),
     )

@@ -1,9 +1,9 @@
-"""What every brake shares and that does no I/O: preparing a call, judging a count.
+"""The brake core: what every brake shares and that does no I/O (prepare a call, judge a count).
 
 A check is three steps. `prepare` resolves the session and call id, applies
 the per-tool policy and hashes the arguments (which never leave this step:
 only the digest goes on). A backend turns the digest into a count (the
-in-process slot map, or one Lua step in Redis). `judge` turns the count into a
+in-process record map, or one Lua step in Redis). `judge` turns the count into a
 `Verdict`, or raises `LoopBrakeError`. The in-process, sync Redis and asyncio
 Redis brakes differ only in the middle step.
 """
@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from .errors import LoopBrakeError
 from .identity import call_hash, hash_prefix
 from .session import resolve_call_id, resolve_session
 from .settings import BrakeSettings
 
-__all__ = ["BrakeBase", "PreparedCall", "SessionState", "Verdict"]
+__all__ = ["DECIDED_BY", "BrakeCore", "DecidedBy", "PreparedCall", "SessionState", "SyncCheck", "Verdict"]
+
+# Who decided a verdict (`Verdict.decided_by`), one word each:
+#   in-process  LoopBrake, the in-process brake
+#   redis       the Lua step in Redis (any Redis-protocol backend, memory:// included)
+#   fallback    the `local` failure policy's in-process streaks, while Redis is down
+#   fail-open   the `open` failure policy: allowed, nothing counted, while Redis is down
+#   exempt      the tool is exempt: nothing was counted
+DecidedBy = Literal["in-process", "redis", "fallback", "fail-open", "exempt"]
+DECIDED_BY: tuple[DecidedBy, ...] = ("in-process", "redis", "fallback", "fail-open", "exempt")
 
 logger = logging.getLogger("distbrake")
 
@@ -35,7 +44,7 @@ class Verdict(NamedTuple):
     allowed: bool = True
     replayed: bool = False  # the call id was seen: counted once, same verdict
     exempt: bool = False  # the tool is exempt: nothing was counted
-    decided_by: str = "memory"  # memory | redis | local (fallback) | open (fail-open)
+    decided_by: DecidedBy = "in-process"  # see DECIDED_BY
 
     @property
     def denied(self) -> bool:
@@ -44,7 +53,7 @@ class Verdict(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class SessionState:
-    """A session's slot as `inspect` and `sessions` show it (never the arguments)."""
+    """A session's record as `inspect` and `sessions` show it (never the arguments)."""
 
     session_id: str
     tool_name: str
@@ -68,7 +77,7 @@ class PreparedCall(NamedTuple):
         return hash_prefix(self.digest)
 
 
-class BrakeBase:
+class BrakeCore:
     """Configuration plus the non-I/O halves of `check`, shared by every brake."""
 
     settings: BrakeSettings
@@ -90,17 +99,16 @@ class BrakeBase:
     ) -> PreparedCall | Verdict:
         """Resolve session, call id and limit, and hash; an exempt tool gives its Verdict."""
         session = session_id if type(session_id) is str else resolve_session(session_id, context)
-        settings = self.settings
-        if tool in settings.exempt_tools:
-            return Verdict(0, 0, "", session, tool, exempt=True)
-        limit = settings.tool_max_repeats.get(tool, settings.max_repeats)
+        limit = self.settings.limit_for(tool)
+        if limit is None:
+            return Verdict(0, 0, "", session, tool, exempt=True, decided_by="exempt")
         digest = call_hash(tool, args)  # also refuses a tool name that is not a str
         if call_id is None and context is None:
             return PreparedCall(tool, digest, session, None, limit)
         return PreparedCall(tool, digest, session, resolve_call_id(call_id, context), limit)
 
     def judge(
-        self, call: PreparedCall, count: int, replayed: bool, decided_by: str
+        self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy
     ) -> Verdict:
         """The verdict for `count`; raises `LoopBrakeError` when it reaches the limit."""
         if count >= call.max_repeats:
@@ -115,3 +123,24 @@ class BrakeBase:
             count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
             replayed=replayed, decided_by=decided_by,
         )
+
+
+class SyncCheck(BrakeCore):
+    """`check` for the sync brakes (in-process and sync Redis): prepare, then `decide`."""
+
+    def check(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        session_id: object = None,
+        call_id: object = None,
+        context: object = None,
+    ) -> Verdict:
+        """Count this call; raise `LoopBrakeError` if it is the Nth identical in a row."""
+        call = self.prepare(tool, args, session_id, call_id, context)
+        return call if isinstance(call, Verdict) else self.decide(call)
+
+    def decide(self, call: PreparedCall) -> Verdict:
+        """The verdict of a prepared call: count it in this brake's backend, then judge."""
+        raise NotImplementedError

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from ..slot import FIELDS, script_source
+from .wire import FIELDS, script_source
 
-# Sample arguments for ACL DRYRUN of the commands the script may run ({key}: a slot key).
+# Sample arguments for ACL DRYRUN of the commands the script may run ({key}: a record key).
 _SAMPLE_ARGS: dict[str, tuple[str, ...]] = {
     "HGET": ("{key}", "h"), "HSET": ("{key}", "h", "x"), "HMGET": ("{key}", "h"),
     "HDEL": ("{key}", "h"), "HINCRBY": ("{key}", "n", "1"), "PEXPIRE": ("{key}", "1000"),

@@ -24,8 +24,8 @@ import redis.cluster
 import redis.sentinel
 from redis.backoff import NoBackoff
 
-from .errors import InvalidURLError
-from .urls import ParsedURL, parse_number, parse_url
+from ..errors import InvalidURLError
+from ..urls import ParsedURL, parse_number, parse_url
 
 __all__ = ["LazyClient", "async_client", "memory_server", "sync_client"]
 

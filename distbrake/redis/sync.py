@@ -1,7 +1,7 @@
 """`DistributedBrake`: the sync Redis brake. It only sends and receives.
 
 One check is one EVALSHA of `lua/brake.lua`. On a single node (or a
-Sentinel-managed master) the EVALSHA, packed once by `slot.resp_evalsha`, is
+Sentinel-managed master) the EVALSHA, packed once by `wire.resp_evalsha`, is
 written straight to a pooled redis-py connection; on a Cluster the client
 routes it. Either way a NOSCRIPT reply loads the script and sends the
 check again. Everything else is in `distributed.py`.
@@ -13,28 +13,33 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Unpack
 
 import redis
 import redis.exceptions
 
-from .base import SessionState, Verdict
+from ..core import PreparedCall, SessionState, SyncCheck, Verdict
+from ..settings import BrakeOptions, BrakeSettings
+from ..urls import ParsedURL
+from .base import BACKEND_ERRORS, DistributedBase
 from .connect import sync_client
-from .distributed import BACKEND_ERRORS, DistributedBase
-from .slot import resp_evalsha, resp_script_load, script_sha, script_source
+from .wire import resp_evalsha, resp_script_load, script_sha, script_source
 
 __all__ = ["DistributedBrake"]
 
 SCAN_BATCH = 500
 
 
-class DistributedBrake(DistributedBase):
+class DistributedBrake(SyncCheck, DistributedBase):
     """The loop brake with its streaks in Redis, shared by every worker of a fleet."""
 
     blocking_io = True
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        super().__init__(client, **options)
+    def __init__(
+        self, client: Any, *, settings: BrakeSettings | None = None, url: str | None = None,
+        **options: Unpack[BrakeOptions],
+    ) -> None:
+        super().__init__(client, settings=settings, url=url, **options)
         # Only a plain client on a plain pool (TCP, TLS or Unix socket): a
         # Sentinel-managed pool must pick the master itself, so it goes the usual way.
         self._direct = (
@@ -46,23 +51,12 @@ class DistributedBrake(DistributedBase):
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
     @staticmethod
-    def connect(url: str, timeout: float) -> Any:
+    def connect(url: ParsedURL, timeout: float) -> Any:
         """The client `from_url` builds for this brake."""
         return sync_client(url, timeout)
 
-    def check(
-        self,
-        tool: str,
-        args: Any,
-        *,
-        session_id: object = None,
-        call_id: object = None,
-        context: object = None,
-    ) -> Verdict:
-        """Count this call in Redis; raise `LoopBrakeError` if it is the Nth identical in a row."""
-        call = self.prepare(tool, args, session_id, call_id, context)
-        if isinstance(call, Verdict):
-            return call
+    def decide(self, call: PreparedCall) -> Verdict:
+        """Count `call` in Redis (one EVALSHA) and judge it; the failure policy if Redis fails."""
         if not self.failures.health.may_try():
             return self.without_redis(call, None)
         key, argv = self.encode(call)
@@ -128,7 +122,7 @@ class DistributedBrake(DistributedBase):
     # -- operations -------------------------------------------------------------------
 
     def inspect(self, session_id: str) -> SessionState | None:
-        """The session's slot, or None when it has none (never seen, cleared or expired)."""
+        """The session's record, or None when it has none (never seen, cleared or expired)."""
         pipe = self.queue_state_reads(self.client.pipeline(transaction=False), [self.key(session_id)])
         states = self.decode_states(pipe.execute(), self.client.time(), None)
         return states[0] if states else None

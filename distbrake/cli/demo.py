@@ -9,18 +9,15 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from ..urls import redact_url
-from .command_helpers import emit_json, is_memory, json_option
-from .exit_codes import EXIT_BACKEND, CliError
-from .global_options import App
-from .rendering import make_console, make_table, print_renderable
-from .run_state import current_run
+from .app import App, command
+from .demo_plan import AGENTS, STUCK_AGENT, STUCK_TOOL, plan_calls
+from .output import EXIT_BACKEND, CliError, emit_json, make_console, make_table, print_renderable
 
 if TYPE_CHECKING:
-    from ..demo import DemoReport
+    from .demo_plan import DemoOutcome, DemoReport
 
 
-@click.command("demo", short_help='A small fleet with one stuck agent: watch the brake stop it.')
+@command("demo", short_help='A small fleet with one stuck agent: watch the brake stop it.')
 @click.option("--workers", metavar="N", default=4, show_default=True,
               type=click.IntRange(2, 32), help="Workers in the fleet (processes on Redis, "
                                               "threads on memory://).")
@@ -30,8 +27,6 @@ if TYPE_CHECKING:
               help="Leave the demo's sessions in the store (see them with `distbrake list`).")
 @click.option("--pace", metavar="SECONDS", default=None, type=click.FloatRange(0, 5),
               help="How long each allowed tool call runs (default: 0.05 on a terminal, else 0).")
-@json_option
-@click.pass_obj
 def demo_command(
     app: App, *, workers: int, calls: int, keep: bool, pace: float | None, as_json: bool
 ) -> None:
@@ -44,15 +39,12 @@ def demo_command(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from ..demo import AGENTS, STUCK_AGENT, DemoOutcome, plan_calls, run_demo
+    from .demo_fleet import run_demo  # multiprocessing: only when the demo runs
 
     settings = app.settings()
-    current_run.backend = redact_url(settings.url or "memory://")
-    current_run.timeout = settings.timeout_seconds
-    url = settings.url or "memory://"
     terminal = sys.stdout.isatty()
     console = make_console()
-    limit = settings.limit_for("search") or settings.max_repeats
+    limit = settings.limit_for(STUCK_TOOL) or settings.max_repeats
     sizes = {a: len(items) for a, items in plan_calls(workers, calls, limit, "x").items()}
     progress = Progress(
         TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
@@ -69,9 +61,9 @@ def demo_command(
         if event == "ready" and not started:
             started = True
             if not as_json:
-                kind = ("threads (memory:// is private to one process)" if is_memory(settings)
+                kind = ("threads (memory:// is private to one process)" if settings.parsed_url.kind == "memory"
                         else "processes")
-                console.print(Text(f"demo: {workers} worker {kind} on {current_run.backend}; agents "
+                console.print(Text(f"demo: {workers} worker {kind} on {app.backend}; agents "
                                    f"{', '.join(AGENTS)} ({STUCK_AGENT} is stuck); "
                                    f"max_repeats {limit}"))
                 progress.start()
@@ -89,8 +81,7 @@ def demo_command(
                         denied=f"denied {denied[outcome.agent]}" if denied[outcome.agent] else "")
 
     try:
-        report = run_demo(url, workers=workers, calls=calls, max_repeats=app.max_repeats,
-                          key_prefix=app.key_prefix, timeout_seconds=app.timeout, keep=keep,
+        report = run_demo(settings, workers=workers, calls=calls, keep=keep,
                           pace=(0.05 if terminal and not as_json else 0.0) if pace is None else pace,
                           progress=on_progress)
     finally:

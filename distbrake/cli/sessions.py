@@ -1,32 +1,109 @@
-"""The `inspect`, `list` and `clear` commands: read and forget the streaks in the store."""
+"""The `inspect`, `list` and `clear` commands: read and forget the streaks, and how a streak is shown."""
 
 from __future__ import annotations
 
+import heapq
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 from rich.table import Table
 from rich.text import Text
 
-from ..base import SessionState
-from ..urls import redact_url
-from .command_helpers import emit_json, json_option, memory_hint
-from .exit_codes import EXIT_NOT_FOUND, EXIT_USAGE, CliError
-from .global_options import App
-from .rendering import make_console, make_table, print_renderable
-from .run_state import current_run
-from .session_view import iso_time, limit_text, span_text, state_json, status_text, ttl_text
+from ..core import SessionState
+from ..settings import BrakeSettings
+from .app import App, command
+from .output import (
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    make_console,
+    make_table,
+    memory_hint,
+    print_renderable,
+)
+
+# -- a streak as JSON fields and as short text ------------------------------------------------------
+
+
+def _limit(settings: BrakeSettings, tool: str) -> tuple[int | None, str]:
+    limit = settings.limit_for(tool)
+    if limit is None:
+        return None, "exempt"
+    if tool in settings.tool_max_repeats:
+        return limit, "tool_max_repeats"
+    return limit, "max_repeats"
+
+
+def iso_time(timestamp: float) -> str:
+    if not timestamp:
+        return ""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace(
+        "+00:00", "Z")
+
+
+def span_text(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"
+
+
+def state_json(state: SessionState, settings: BrakeSettings) -> dict[str, Any]:
+    """A session's state with its limit and what the next identical call would get."""
+    limit, source = _limit(settings, state.tool_name)
+    return {
+        "session_id": state.session_id,
+        "tool_name": state.tool_name,
+        "hash_prefix": state.hash_prefix,
+        "count": state.count,
+        "limit": limit,
+        "limit_source": source,
+        "denying": limit is not None and state.count >= limit,
+        "next_denied": limit is not None and state.count + 1 >= limit,
+        "ttl_seconds": state.ttl_seconds,
+        "updated_at": state.updated_at,
+        "updated_at_iso": iso_time(state.updated_at),
+    }
+
+
+def status_text(data: Mapping[str, Any]) -> Text:
+    if data["denying"]:
+        return Text("DENYING", style="bold red")
+    if data["next_denied"]:
+        return Text("next denied", style="yellow")
+    if data["limit"] is None:
+        return Text("exempt", style="dim")
+    return Text("")
+
+
+def limit_text(data: Mapping[str, Any]) -> str:
+    if data["limit"] is None:
+        return "none (tool is exempt)"
+    if data["limit_source"] == "tool_max_repeats":
+        return f"{data['limit']} (per-tool limit for {data['tool_name']})"
+    return f"{data['limit']} (max_repeats)"
+
+
+def ttl_text(ttl: float | None) -> str:
+    return "no expiry" if ttl is None else f"{span_text(ttl)} left"
+
 
 # -- inspect -----------------------------------------------------------------------------------
 
 
-@click.command("inspect", short_help="One session's streak (exit 1 when there is none).")
+@command("inspect", short_help="One session's streak (exit 1 when there is none).")
 @click.argument("session")
-@json_option
-@click.pass_obj
 def inspect_command(app: App, session: str, as_json: bool) -> None:
     """Show SESSION's streak: tool, call hash prefix, count, limit, TTL, last update.
 
@@ -40,9 +117,9 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
             emit_json({"found": False, "session_id": session})
         else:
             make_console(stderr=True).print(Text(
-                f"distbrake: no streak for session {session!r} in {current_run.backend} "
+                f"distbrake: no streak for session {session!r} in {app.backend} "
                 f"(prefix {settings.key_prefix!r}): never seen, cleared, or expired"))
-            memory_hint(settings)
+            memory_hint(app, settings)
         raise click.exceptions.Exit(EXIT_NOT_FOUND)
     data = state_json(state, settings)
     if as_json:
@@ -78,15 +155,13 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
 # -- list ---------------------------------------------------------------------------------------
 
 
-@click.command("list", short_help='Sessions with streaks, longest first.')
+@command("list", short_help='Sessions with streaks, longest first.')
 @click.option("--match", "match", metavar="GLOB", default=None,
               help="Only session ids matching this glob (fnmatch, case-sensitive).")
 @click.option("--min-count", metavar="N", default=1, show_default=True,
               type=click.IntRange(min=1), help="Only streaks of at least N identical calls.")
 @click.option("--limit", "limit", metavar="N", default=50, show_default=True,
               type=click.IntRange(min=0), help="Show at most N sessions (0: all).")
-@json_option
-@click.pass_obj
 def list_command(
     app: App, match: str | None, min_count: int, limit: int, as_json: bool
 ) -> None:
@@ -94,8 +169,6 @@ def list_command(
 
     Uses SCAN (never KEYS), on one node or every node of a cluster.
     """
-    import heapq
-
     matched = 0
 
     def wanted(states: Iterator[SessionState]) -> Iterator[SessionState]:
@@ -124,10 +197,10 @@ def list_command(
     console = make_console()
     if not rows:
         console.print(Text(
-            f"no streaks in {current_run.backend} (prefix {settings.key_prefix!r}"
+            f"no streaks in {app.backend} (prefix {settings.key_prefix!r}"
             + (f", match {match!r}" if match else "")
             + (f", min count {min_count}" if min_count > 1 else "") + ")"))
-        memory_hint(settings)
+        memory_hint(app, settings)
         return
     now = time.time()
     table = make_table("session", "tool", "call", "count", "limit", "status", "ttl", "updated")
@@ -154,12 +227,10 @@ def list_command(
 # -- clear ---------------------------------------------------------------------------------------
 
 
-@click.command("clear", short_help='Forget streaks: SESSION... or --all --yes.')
+@command("clear", short_help='Forget streaks: SESSION... or --all --yes.')
 @click.argument("sessions", nargs=-1, metavar="[SESSION]...")
 @click.option("--all", "clear_all", is_flag=True, help="Clear every session under the key prefix.")
 @click.option("--yes", is_flag=True, help="Confirm --all.")
-@json_option
-@click.pass_obj
 def clear_command(
     app: App, sessions: tuple[str, ...], clear_all: bool, yes: bool, as_json: bool
 ) -> None:
@@ -176,7 +247,7 @@ def clear_command(
         settings = app.settings()
         raise CliError(
             f"refusing to clear every session under prefix {settings.key_prefix!r} on "
-            f"{redact_url(settings.url or 'memory://')} without --yes",
+            f"{settings.shown_url} without --yes",
             EXIT_USAGE, "usage",
         )
     with app.open() as brake:
@@ -196,7 +267,7 @@ def clear_command(
         return
     if results is None:
         click.echo(f"cleared {cleared} session(s) under prefix {settings.key_prefix!r} "
-                   f"on {current_run.backend}")
+                   f"on {app.backend}")
         return
     missing = [s for s, done in results.items() if not done]
     line = f"cleared {cleared} of {len(results)} session(s)"

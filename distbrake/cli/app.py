@@ -1,0 +1,136 @@
+"""The state of one run, on click's `ctx.obj`: global options, output mode, backend, secrets; opening a brake."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+import click
+
+from ..errors import DistbrakeError
+from ..redis.sync import DistributedBrake
+from ..settings import DEFAULT_URL, BrakeSettings, FailurePolicy
+from ..urls import ParsedURL, parse_url
+
+_DEFAULT_TIMEOUT: float = BrakeSettings.model_fields["timeout_seconds"].default
+# The password of a URL that does not parse (the library's own error redacts it; this finds it to scrub).
+_PASSWORD_OF_BAD_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@")
+
+
+@dataclass
+class App:
+    """One run of `distbrake`: what the global options asked for, and what the run has learnt.
+
+    `main` makes it and hands it to click (`obj=`), so the error path still
+    has it after click raised; commands get it with `click.pass_obj`.
+    """
+
+    url: str | None = None
+    timeout: float | None = None
+    key_prefix: str | None = None
+    max_repeats: int | None = None
+    env_url: str | None = None  # DISTBRAKE_URL when the options were read: its password is secret too
+    json: bool = False  # --json, before or after the command name
+    _settings: dict[FailurePolicy | None, BrakeSettings] = field(default_factory=dict, repr=False)
+    _secrets: frozenset[str] | None = field(default=None, repr=False)
+
+    def want_json(self, value: bool) -> bool:
+        """Note a `--json` flag; JSON once any `--json` was given."""
+        self.json = self.json or value
+        return self.json
+
+    def given(self) -> dict[str, Any]:
+        """The settings given on the command line (the "argument" source)."""
+        return {
+            "url": self.url, "timeout_seconds": self.timeout, "key_prefix": self.key_prefix,
+            "max_repeats": self.max_repeats,
+        }
+
+    def settings(self, on_backend_error: FailurePolicy | None = None) -> BrakeSettings:
+        """The effective settings (these options > DISTBRAKE_* variables > defaults), resolved once.
+
+        Their URL is parsed then, once; `on_backend_error` overrides the policy
+        (and its variable is then not read).
+        """
+        if on_backend_error not in self._settings:
+            options = {k: v for k, v in self.given().items() if k != "url"}
+            self._settings[on_backend_error] = DistributedBrake.settings_for_url(
+                self.url, None, on_backend_error=on_backend_error, **options)
+        return self._settings[on_backend_error]
+
+    @property
+    def resolved(self) -> BrakeSettings | None:
+        """The settings of this run once resolved (any policy: the backend is the same), else None."""
+        return next(iter(self._settings.values()), None)
+
+    @property
+    def backend(self) -> str:
+        """The backend as messages show it (password redacted); `DEFAULT_URL` until it is known."""
+        return self.resolved.shown_url if self.resolved else DEFAULT_URL
+
+    @property
+    def timeout_seconds(self) -> float:
+        """The effective timeout, for messages (the default until the settings are known)."""
+        return self.resolved.timeout_seconds if self.resolved else _DEFAULT_TIMEOUT
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """The passwords of --url and DISTBRAKE_URL, in every spelling a message may use."""
+        if self._secrets is None:
+            found: set[str] = set()
+            for url in (self.url, self.env_url):
+                for secret in self._passwords(url) if url else ():
+                    if len(secret) >= 3:
+                        found.update({secret, unquote(secret), quote(secret, safe="")})
+            self._secrets = frozenset(found)
+        return self._secrets
+
+    def _passwords(self, url: str) -> list[str]:
+        parsed: ParsedURL | None
+        if self.resolved is not None and self.resolved.url == url:
+            parsed = self.resolved.parsed_url  # the run's own URL: parsed already
+        else:
+            try:
+                parsed = parse_url(url)
+            except DistbrakeError:
+                parsed = None
+        if parsed is None:
+            match = _PASSWORD_OF_BAD_URL.match(url)
+            return [match.group(1)] if match else []
+        return [parsed.password or "", parsed.options.get("sentinel_password", "")]
+
+    @contextlib.contextmanager
+    def open(self, on_backend_error: FailurePolicy | None = None) -> Iterator[DistributedBrake]:
+        """A brake on the run's backend (see `settings`), closed afterwards."""
+        brake = DistributedBrake.from_url(settings=self.settings(on_backend_error))
+        try:
+            yield brake
+        finally:
+            with contextlib.suppress(Exception):
+                brake.close()
+
+
+def _remember_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    return ctx.ensure_object(App).want_json(value)
+
+
+def command(name: str, short_help: str) -> Callable[[Callable[..., None]], click.Command]:
+    """A subcommand: its function gets the run's `App` first, and it takes `--json`.
+
+    `--json` may also be given before the command name; either way the
+    function's `as_json` is True.
+    """
+
+    def decorate(function: Callable[..., None]) -> click.Command:
+        made = click.command(name, short_help=short_help)(click.pass_obj(function))
+        made.params.append(click.Option(
+            ["--json", "as_json"], is_flag=True, callback=_remember_json,
+            help="Print JSON (stable field names, see the README) instead of text.",
+        ))
+        return made
+
+    return decorate

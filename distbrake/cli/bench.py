@@ -1,0 +1,201 @@
+"""The `bench` command: every benchmark figure in turn (`run_bench`), with progress, as a table or JSON.
+
+Each figure is a ratio to its floor, the cheapest thing that could do the
+same job on the same machine and server (see `bench_local`, `bench_server`).
+`run_bench` returns them all in a `BenchReport`; a figure whose measurement
+fails is reported as failed, and the others are still measured.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from rich.text import Text
+
+from ..errors import LoopBrakeError
+from ..settings import BrakeSettings
+from .app import App, command
+from .bench_local import Figure, Step, call_hash_1mb, inprocess_check, no_step
+from .bench_server import (
+    CONCURRENCY,
+    DEFAULT_SESSIONS,
+    QUICK_SESSIONS,
+    async_throughput,
+    memory_per_session,
+    server_cost,
+    sync_check_latency,
+)
+from .output import emit_json, make_console, make_table, print_renderable, scrub
+
+STAGES = {
+    "sync_check_latency": ("sync check latency (median)", "µs", "<= 1.2x"),
+    "async_throughput": (f"async throughput, {CONCURRENCY} tasks", "checks/s", ">= 2x"),
+    "memory_per_session": ("Redis memory per session", "bytes", "<= 240 B"),
+    "inprocess_check": ("in-process LoopBrake.check", "µs", "<= 1.5x"),
+    "call_hash_1mb": ("call_hash of a ~1 MB dict", "ms", "<= 0.5x"),
+    "server_cost": ("server cost: script rate vs return 1 (-P 16)", "req/s", ">= 0.25x"),
+}
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    backend: str  # redacted URL
+    quick: bool
+    figures: list[Figure] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(f.passed is not False for f in self.figures)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "quick": self.quick,
+            "passed": self.passed,
+            "figures": [f.to_json() for f in self.figures],
+        }
+
+
+def _failed(key: str, error: BaseException) -> Figure:
+    name, unit, target = STAGES[key]
+    if isinstance(error, LoopBrakeError):
+        why = (f"a benchmark check was denied ({error.count} >= {error.max_repeats}); "
+               "run with max_repeats >= 3")
+    else:
+        why = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+    return Figure(key, name, unit, None, None, None, target, False, f"failed: {why}")
+
+
+def run_bench(
+    backend: BrakeSettings, *, quick: bool = False, sessions: int | None = None,
+    timeout_seconds: float = 5.0, step: Step = no_step, only: Collection[str] = (),
+) -> BenchReport:
+    """Every figure (or those named in `only`), in the order of `STAGES`, on `backend`'s URL.
+
+    `quick` is a small run (seconds, noisier figures).
+    """
+    if sessions is None:
+        sessions = QUICK_SESSIONS if quick else DEFAULT_SESSIONS
+    b, t = backend, timeout_seconds
+    runs: dict[str, Callable[[], Figure]] = {
+        "sync_check_latency": (
+            (lambda: sync_check_latency(b, rounds=4, block=150, warmup=100,
+                                        timeout_seconds=t, step=step))
+            if quick else (lambda: sync_check_latency(b, timeout_seconds=t, step=step))
+        ),
+        "async_throughput": (
+            (lambda: async_throughput(b, per_task=40, rounds=3, timeout_seconds=t, step=step))
+            if quick else (lambda: async_throughput(b, timeout_seconds=t, step=step))
+        ),
+        "memory_per_session": lambda: memory_per_session(
+            b, sessions=sessions, timeout_seconds=t, step=step),
+        "inprocess_check": (
+            (lambda: inprocess_check(rounds=5, block=1000, step=step))
+            if quick else (lambda: inprocess_check(step=step))
+        ),
+        "call_hash_1mb": (
+            (lambda: call_hash_1mb(repeats=3, step=step))
+            if quick else (lambda: call_hash_1mb(step=step))
+        ),
+        "server_cost": lambda: server_cost(
+            b, requests=20_000 if quick else 200_000, timeout_seconds=t),
+    }
+    figures = []
+    unknown = sorted(set(only) - set(STAGES))
+    if unknown:
+        raise ValueError(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
+    for key in STAGES:
+        if only and key not in only:
+            continue
+        try:
+            figures.append(runs[key]())
+        except Exception as error:  # reported as a failed figure
+            figures.append(_failed(key, error))
+    return BenchReport(backend.shown_url, quick, figures)
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def _figure_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "checks/s":
+        return f"{value:,.0f}/s"
+    if unit == "bytes":
+        return f"{value:.0f} B"
+    if value >= 100:
+        return f"{value:.0f} {unit}"
+    return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
+
+
+@command("bench", short_help="Benchmark figures, as ratios to the server's own floor.")
+@click.option("--quick", is_flag=True, help="A small run (a few seconds; noisier figures).")
+@click.option("--sessions", metavar="N", default=None, type=click.IntRange(min=100),
+              help="Sessions for the memory figure (default 20000; --quick 2000).")
+@click.option("--only", "only", multiple=True, metavar="FIGURE", type=click.Choice(list(STAGES)),
+              help="Measure only this figure (repeatable).")
+def bench_command(
+    app: App, *, quick: bool, sessions: int | None, only: tuple[str, ...], as_json: bool
+) -> None:
+    """Benchmark against the server at --url, as ratios to that server's own floor.
+
+    \b
+    (a) sync check latency vs redis-py EVALSHA `return 1`       target <= 1.2x
+    (b) async throughput at 64 tasks vs unpipelined EVALSHA      target >= 2x
+    (c) Redis memory per session (real Redis only)               target <= 240 B
+    (d) LoopBrake.check vs sha256(json.dumps(args, sort_keys))   target <= 1.5x
+        call_hash of ~1 MB vs json.dumps(sort_keys) + sha256     target <= 0.5x
+    (e) server cost: redis-benchmark -P 16, script vs return 1   target >= 0.25x
+
+    The memory figure writes N short-lived keys under a dedicated prefix and
+    clears them: run it only on a server you may fill.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    settings = app.settings()
+    timeout = max(settings.timeout_seconds, 5.0)
+    with app.open() as brake:  # fail fast (exit 4) when the server is not there
+        brake.ping()
+    progress = Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+        console=make_console(stderr=True), transient=True, disable=as_json or not sys.stderr.isatty(),
+    )
+    tasks = {key: progress.add_task(name, total=None) for key, (name, _, _) in STAGES.items()
+             if not only or key in only}
+
+    def step(stage: str, done: int, total: int) -> None:
+        if stage in tasks:
+            progress.update(tasks[stage], completed=done, total=total)
+
+    with progress:
+        report = run_bench(settings, quick=quick, sessions=sessions, timeout_seconds=timeout,
+                           step=step, only=only)
+    if as_json:
+        emit_json(report.to_json())
+        return
+    terminal = sys.stdout.isatty()
+    table = make_table("figure", "ours", "floor", "ratio", "target", "result",
+                       title=f"distbrake bench ({'quick' if quick else 'full'}) on {report.backend}")
+    for figure in report.figures:
+        if figure.passed is None:
+            result = Text("skip", style="dim" if terminal else "")
+        elif figure.passed:
+            result = Text("pass", style="green" if terminal else "")
+        else:
+            result = Text("FAIL", style="bold red" if terminal else "")
+        table.add_row(
+            figure.name, _figure_value(figure.ours, figure.unit),
+            _figure_value(figure.floor, figure.unit),
+            "-" if figure.ratio is None else f"{figure.ratio:.2f}x", figure.target, result,
+        )
+    console = make_console()
+    print_renderable(console, table)
+    for figure in report.figures:
+        if figure.note:
+            console.print(Text(f"{figure.key}: {scrub(figure.note, app.secrets)}",
+                               style="dim" if terminal else ""))

@@ -1,0 +1,180 @@
+"""A benchmark figure (ours against its floor), how both are timed, and the figures measured in-process.
+
+Every figure is a ratio to the cheapest thing that could do the same job on
+the same machine, so that the numbers travel between machines. Here:
+
+* `inprocess_check`: `LoopBrake.check` (small arguments) against
+  `sha256(json.dumps(args, sort_keys=True, separators=(",", ":")))`;
+* `call_hash_1mb`: `call_hash` of a ~1 MB nested dict against stdlib
+  `json.dumps(sort_keys=True)` + sha256.
+
+Timing uses `time.perf_counter`, warm-ups, interleaved blocks of ours and the
+floor (so drift hits both alike) and medians. The figures measured on a
+server are in `bench_server`; `bench.run_bench` runs them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..identity import call_hash
+from ..inprocess import LoopBrake
+
+#: `step(stage, done, total)`: progress of one stage, in that stage's own units.
+Step = Callable[[str, int, int], None]
+
+SMALL_ARGS = ({"query": "weather in Paris", "limit": 5}, {"query": "weather in Lyon", "limit": 5})
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure: ours, its floor, the ratio and whether it meets its target.
+
+    `ratio` is ours / floor (both in `unit`); for `memory_per_session`, which
+    has no floor, it is None and the target is on `ours` itself.
+    """
+
+    key: str
+    name: str
+    unit: str
+    ours: float | None
+    floor: float | None
+    ratio: float | None
+    target: str
+    passed: bool | None  # None when not measured (skipped)
+    note: str = ""
+    samples: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ratio_figure(
+    key: str, name: str, unit: str, ours: float, floor: float, *,
+    at_most: float | None = None, at_least: float | None = None, note: str = "", samples: int = 0,
+) -> Figure:
+    ratio = ours / floor if floor > 0 else float("inf")
+    if at_most is not None:
+        target, passed = f"<= {at_most:g}x", ratio <= at_most
+    elif at_least is not None:
+        target, passed = f">= {at_least:g}x", ratio >= at_least
+    else:
+        raise ValueError("a ratio figure needs at_most or at_least")
+    return Figure(key, name, unit, ours, floor, ratio, target, passed, note, samples)
+
+
+def no_step(stage: str, done: int, total: int) -> None:
+    return None
+
+
+def interleaved(
+    stage: str, ours: Callable[[], float], floor: Callable[[], float], rounds: int, step: Step,
+) -> tuple[list[float], list[float]]:
+    """Warm both up, then `rounds` of the floor and ours in turn: (ours' timings, the floor's)."""
+    ours()
+    floor()
+    ours_t: list[float] = []
+    floor_t: list[float] = []
+    for index in range(rounds):
+        floor_t.append(floor())
+        ours_t.append(ours())
+        step(stage, index + 1, rounds)
+    return ours_t, floor_t
+
+
+# -- (d) in process -------------------------------------------------------------------------
+
+
+def _floor_hash(args: Any) -> str:
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def inprocess_check(
+    *, rounds: int = 40, block: int = 500, step: Step = no_step
+) -> Figure:
+    """`LoopBrake.check` (small arguments) vs sha256 of stdlib canonical-ish JSON, per call."""
+    brake = LoopBrake(3)
+    session = "bench"
+
+    def ours() -> float:
+        check = brake.check
+        start = time.perf_counter()
+        for i in range(block):
+            check("search", SMALL_ARGS[i & 1], session_id=session)
+        return (time.perf_counter() - start) / block
+
+    def floor() -> float:
+        start = time.perf_counter()
+        for i in range(block):
+            _floor_hash(SMALL_ARGS[i & 1])
+        return (time.perf_counter() - start) / block
+
+    ours_t, floor_t = interleaved("inprocess_check", ours, floor, rounds, step)
+    return ratio_figure(
+        "inprocess_check", "in-process LoopBrake.check", "µs",
+        statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
+        at_most=1.5, samples=rounds * block,
+    )
+
+
+def nested_document(size: int = 1_000_000, seed: int = 7) -> dict[str, Any]:
+    """A deterministic nested dict whose JSON is about `size` bytes.
+
+    It looks like a big tool argument: records with strings, paths, ints,
+    two-decimal floats, bools, nulls, nested objects and lists.
+    """
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "search", "file", "path", "query", "result",
+             "value", "Zürich", "naïve", "日本"]
+    items: list[dict[str, Any]] = []
+    total = 0
+    index = 0
+    while total < size:
+        item = {
+            "id": index,
+            "name": " ".join(rng.choice(words) for _ in range(4)),
+            "tags": [rng.choice(words) for _ in range(3)],
+            "score": round(rng.random() * 100, 2),
+            "active": rng.random() < 0.5,
+            "meta": {
+                "owner": f"user{rng.randrange(1000)}",
+                "path": f"/srv/data/{rng.randrange(10**6)}.json",
+                "depth": rng.randrange(10),
+                "note": None,
+            },
+        }
+        items.append(item)
+        total += len(json.dumps(item)) + 1
+        index += 1
+    return {"query": "bulk import", "items": items}
+
+
+def call_hash_1mb(*, repeats: int = 11, step: Step = no_step) -> Figure:
+    """`call_hash` of a ~1 MB nested dict vs `json.dumps(sort_keys=True)` + sha256."""
+    document = nested_document()
+
+    def ours() -> float:
+        start = time.perf_counter()
+        call_hash("import", document)
+        return time.perf_counter() - start
+
+    def floor() -> float:
+        start = time.perf_counter()
+        hashlib.sha256(json.dumps(document, sort_keys=True).encode("utf-8")).hexdigest()
+        return time.perf_counter() - start
+
+    ours_t, floor_t = interleaved("call_hash_1mb", ours, floor, repeats, step)
+    size = len(json.dumps(document))
+    return ratio_figure(
+        "call_hash_1mb", f"call_hash of a {size / 1e6:.1f} MB dict", "ms",
+        statistics.median(ours_t) * 1e3, statistics.median(floor_t) * 1e3,
+        at_most=0.5, samples=repeats,
+    )

@@ -1,0 +1,320 @@
+"""The benchmark figures measured on the server at --url: latency, throughput, memory, server cost.
+
+* `sync_check_latency`: a sync `DistributedBrake.check` (small arguments)
+  against redis-py sending `EVALSHA` of `return 1` to the same server;
+* `async_throughput`: checks per second of `AsyncDistributedBrake` at 64
+  concurrent tasks against redis.asyncio sending one unpipelined
+  `EVALSHA return 1` per task at 64 tasks;
+* `memory_per_session`: Redis `used_memory` growth per session record (UUID
+  session ids, 29-character call ids, TTL set), under a dedicated key prefix
+  that is cleared afterwards (only on a real Redis: never `memory://`);
+* `server_cost`: the server's rate running the brake's script against
+  `EVALSHA return 1`, both with `redis-benchmark -P 16`.
+
+Each takes the run's settings for their backend URL (parsed once, never
+again); the benchmark's brakes use their own key prefix, fail closed, and take
+any other setting from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import statistics
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..redis.aio import AsyncDistributedBrake
+from ..redis.connect import async_client, sync_client
+from ..redis.sync import DistributedBrake
+from ..redis.wire import script_source
+from ..settings import BrakeSettings
+from ..urls import ParsedURL
+from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+
+FLOOR_SCRIPT = "return 1"
+CONCURRENCY = 64
+DEFAULT_SESSIONS = 20_000
+QUICK_SESSIONS = 2_000
+CALL_ID_CHARS = 29
+SERVER_COST_SESSIONS = 10_000
+
+AnyBrake = TypeVar("AnyBrake", DistributedBrake, AsyncDistributedBrake)
+
+
+def _brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeout: float) -> AnyBrake:
+    """A brake of `kind` on `backend`'s server under `prefix`, failing closed (as `from_url` makes it)."""
+    return kind(kind.connect(backend.parsed_url, timeout), url=backend.url, key_prefix=prefix,
+                timeout_seconds=timeout, on_backend_error="closed")
+
+
+def _is_memory(backend: BrakeSettings) -> bool:
+    return backend.parsed_url.kind == "memory"
+
+
+def _memory_note(backend: BrakeSettings) -> str:
+    if _is_memory(backend):
+        return "memory:// is the embedded fakeredis (no network); the target is meant for a real Redis"
+    return ""
+
+
+# -- (a) sync check latency ------------------------------------------------------------
+
+
+def sync_check_latency(
+    backend: BrakeSettings, *, rounds: int = 10, block: int = 500, warmup: int = 300,
+    timeout_seconds: float = 2.0, step: Step = no_step,
+) -> Figure:
+    """Median latency of one sync check vs one redis-py `EVALSHA return 1`, same server.
+
+    Each check alternates between two small argument sets in one session, so
+    every check is allowed and writes its record (the common case of an agent
+    that is not looping).
+    """
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    brake = _brake(DistributedBrake, backend, prefix, timeout_seconds)
+    floor_client = sync_client(backend.parsed_url, timeout_seconds)
+    try:
+        sha = floor_client.script_load(FLOOR_SCRIPT)
+        floor_key = f"{prefix}:floor"
+        session = f"bench-{uuid.uuid4()}"
+
+        # One floor call, then one check, and again: both see the same noise.
+        def pairs(n: int, ours_out: list[float], floor_out: list[float]) -> None:
+            clock = time.perf_counter
+            for i in range(n):
+                start = clock()
+                floor_client.evalsha(sha, 1, floor_key)
+                middle = clock()
+                brake.check("search", SMALL_ARGS[i & 1], session_id=session)
+                end = clock()
+                floor_out.append(middle - start)
+                ours_out.append(end - middle)
+
+        pairs(warmup, [], [])
+        ours_t: list[float] = []
+        floor_t: list[float] = []
+        for index in range(rounds):
+            pairs(block, ours_t, floor_t)
+            step("sync_check_latency", index + 1, rounds)
+        brake.clear(session)
+    finally:
+        brake.close()
+        floor_client.close()
+    return ratio_figure(
+        "sync_check_latency", "sync check latency (median)", "µs",
+        statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
+        at_most=1.2, note=_memory_note(backend), samples=len(ours_t),
+    )
+
+
+# -- (b) async throughput ----------------------------------------------------------------
+
+
+async def _async_throughput(
+    backend: BrakeSettings, *, concurrency: int, per_task: int, rounds: int,
+    timeout_seconds: float, step: Step,
+) -> tuple[float, float]:
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    floor_client = async_client(backend.parsed_url, timeout_seconds)
+    sessions = [f"bench-{uuid.uuid4()}" for _ in range(concurrency)]
+    floor_key = f"{prefix}:floor"
+    try:
+        sha = await floor_client.script_load(FLOOR_SCRIPT)
+
+        async def our_task(session: str, n: int) -> None:
+            for i in range(n):
+                await brake.check("search", SMALL_ARGS[i & 1], session_id=session)
+
+        async def floor_task(n: int) -> None:
+            for _ in range(n):
+                await floor_client.evalsha(sha, 1, floor_key)
+
+        async def ours(n: int) -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(our_task(s, n) for s in sessions))
+            return concurrency * n / (time.perf_counter() - start)
+
+        async def floor(n: int) -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(floor_task(n) for _ in range(concurrency)))
+            return concurrency * n / (time.perf_counter() - start)
+
+        await ours(max(5, per_task // 5))
+        await floor(max(5, per_task // 5))
+        ours_r: list[float] = []
+        floor_r: list[float] = []
+        for index in range(rounds):
+            floor_r.append(await floor(per_task))
+            ours_r.append(await ours(per_task))
+            step("async_throughput", index + 1, rounds)
+        await brake.clear_all()
+    finally:
+        await brake.aclose()
+        close = getattr(floor_client, "aclose", None) or floor_client.close
+        await close()
+    return statistics.median(ours_r), statistics.median(floor_r)
+
+
+def async_throughput(
+    backend: BrakeSettings, *, concurrency: int = CONCURRENCY, per_task: int = 200,
+    rounds: int = 5, timeout_seconds: float = 5.0, step: Step = no_step,
+) -> Figure:
+    """Checks/s of `AsyncDistributedBrake` vs unpipelined `EVALSHA return 1`, both at 64 tasks."""
+    ours, floor = asyncio.run(
+        _async_throughput(backend, concurrency=concurrency, per_task=per_task, rounds=rounds,
+                          timeout_seconds=timeout_seconds, step=step)
+    )
+    return ratio_figure(
+        "async_throughput", f"async throughput, {concurrency} tasks", "checks/s", ours, floor,
+        at_least=2.0, note=_memory_note(backend), samples=rounds * concurrency * per_task,
+    )
+
+
+# -- (c) memory per session ----------------------------------------------------------------
+
+
+def _used_memory(client: Any) -> int:
+    """`used_memory` summed over every primary (one node, or each master of a cluster)."""
+    primaries = getattr(client, "get_primaries", None)
+    if callable(primaries):
+        return sum(
+            int(client.get_redis_connection(node).info("memory")["used_memory"])
+            for node in primaries()
+        )
+    return int(client.info("memory")["used_memory"])
+
+
+def _call_id() -> str:
+    return ("call_" + uuid.uuid4().hex + uuid.uuid4().hex)[:CALL_ID_CHARS]
+
+
+async def _fill(
+    backend: BrakeSettings, prefix: str, *, sessions: int, timeout_seconds: float, step: Step,
+    measure: Callable[[], int],
+) -> tuple[int, int, int]:
+    brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    try:
+        # Warm up (script cache, connections), then forget the warm-up record.
+        await brake.check("search", SMALL_ARGS[0], session_id="warm-up", call_id=_call_id())
+        await brake.clear("warm-up")
+        before = await asyncio.to_thread(measure)
+        done = 0
+
+        async def agent() -> None:  # 64 of these: a fleet's worth of concurrent checks
+            nonlocal done
+            while done < sessions:
+                done += 1
+                await brake.check("search", SMALL_ARGS[0], session_id=str(uuid.uuid4()),
+                                  call_id=_call_id())
+                if done % 500 == 0:
+                    step("memory_per_session", done, sessions)
+
+        try:
+            await asyncio.gather(*(agent() for _ in range(CONCURRENCY)))
+            step("memory_per_session", sessions, sessions)
+            after = await asyncio.to_thread(measure)
+        finally:
+            cleared = await brake.clear_all()
+    finally:
+        await brake.aclose()
+    return before, after, cleared
+
+
+def memory_per_session(
+    backend: BrakeSettings, *, sessions: int = DEFAULT_SESSIONS, timeout_seconds: float = 5.0,
+    step: Step = no_step,
+) -> Figure:
+    """Redis `used_memory` growth per session record, under a dedicated prefix cleared afterwards.
+
+    The prefix has the length of the default one ("distbrake", 9 characters),
+    so the keys are the size they are in production. Only on a real Redis
+    (and only on one you may fill with `sessions` short-lived keys).
+    """
+    name, target = "Redis memory per session", "<= 240 B"
+    if _is_memory(backend):
+        return Figure(
+            "memory_per_session", name, "bytes", None, None, None, target, None,
+            "skipped: memory:// has no used_memory; run with --url redis://... (a server you may fill)",
+        )
+    prefix = f"bench{uuid.uuid4().hex[:4]}"  # 9 characters, like "distbrake"
+    info_client = sync_client(backend.parsed_url, timeout_seconds)
+    try:
+        before, after, cleared = asyncio.run(
+            _fill(backend, prefix, sessions=sessions, timeout_seconds=timeout_seconds, step=step,
+                  measure=lambda: _used_memory(info_client))
+        )
+    finally:
+        info_client.close()
+    per = (after - before) / sessions
+    note = f"{sessions} sessions under prefix {prefix!r}, all cleared afterwards ({cleared})"
+    return Figure(
+        "memory_per_session", name, "bytes", per, None, None, target, per <= 240, note, sessions,
+    )
+
+
+# -- (e) server cost ------------------------------------------------------------------------
+
+
+def _benchmark_rate(parsed: ParsedURL, command: list[str], requests: int) -> float:
+    host, port = parsed.hosts[0]
+    argv = ["redis-benchmark", "-h", host, "-p", str(port), "-n", str(requests), "-P", "16",
+            "-q", "-r", str(SERVER_COST_SESSIONS), "--dbnum", str(parsed.db)]
+    if parsed.username:
+        argv += ["--user", parsed.username]
+    if parsed.password:
+        argv += ["-a", parsed.password, "--no-auth-warning"]
+    out = subprocess.run(
+        argv + command, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    lines = [line for line in out.replace("\r", "\n").split("\n") if "requests per second" in line]
+    if not lines:
+        raise RuntimeError("redis-benchmark printed no rate")
+    return float(lines[-1].rsplit(":", 1)[1].split()[0])
+
+
+def server_cost(
+    backend: BrakeSettings, *, requests: int = 200_000, timeout_seconds: float = 5.0
+) -> Figure:
+    """Server throughput of the brake's script vs `EVALSHA return 1`, both with redis-benchmark -P 16.
+
+    Only on a single node reached over TCP without TLS; the script's keys go
+    under a dedicated prefix with a one-minute TTL and are deleted afterwards.
+    """
+    name, target = "server cost: script rate vs return 1 (-P 16)", ">= 0.25x"
+    parsed = backend.parsed_url
+    if parsed.kind != "redis" or parsed.tls or shutil.which("redis-benchmark") is None:
+        return Figure(
+            "server_cost", name, "req/s", None, None, None, target, None,
+            "skipped: needs redis-benchmark on PATH and a redis:// single node",
+        )
+    client = sync_client(parsed, timeout_seconds)
+    prefix = f"bench{uuid.uuid4().hex[:4]}"
+    try:
+        floor_sha = client.script_load("return 1")
+        ours_sha = client.script_load(script_source())
+        call = "A" * 16 + "B" * 5 + "C" * 5  # ARGV[1]: call hash 16, call id 5, ttl 5 (no NUL in argv)
+        ours_command = ["EVALSHA", ours_sha, "1", f"{prefix}:__rand_int__", call, "1000000",
+                        "60000", "\x06searchbench-session"]
+        floors, ourses = [], []
+        for _ in range(3):  # alternate, and take medians: the two share the machine's cores
+            floors.append(_benchmark_rate(parsed, ["EVALSHA", floor_sha, "0"], requests))
+            ourses.append(_benchmark_rate(parsed, ours_command, requests))
+        floor, ours = statistics.median(floors), statistics.median(ourses)
+        keys = client.scan_iter(match=f"{prefix}:*", count=1000)
+        while batch := list(itertools.islice(keys, 1000)):
+            client.delete(*batch)
+    finally:
+        client.close()
+    return ratio_figure(
+        "server_cost", name, "req/s", ours, floor, at_least=0.25,
+        note=(f"redis-benchmark -n {requests} -P 16 -r {SERVER_COST_SESSIONS} (sessions checked "
+              f"again and again, as in production), 3 alternating runs; keys under {prefix!r} deleted"),
+        samples=requests,
+    )
+

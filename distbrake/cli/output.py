@@ -1,0 +1,223 @@
+"""What the CLI prints: rich consoles and tables, --json, scrubbed one-line text, exit codes and errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Collection
+from typing import Any
+
+import click
+import redis.exceptions
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import (
+    BrakeUnavailableError,
+    ConfigurationError,
+    DistbrakeError,
+    LoopBrakeError,
+    UnsupportedArgumentsError,
+)
+from ..redis.acl import needed_rules
+from ..settings import BrakeSettings
+from ..urls import redact_url
+from .app import App
+
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_DENIED = 3
+EXIT_BACKEND = 4
+EXIT_INTERNAL = 70
+EXIT_CODES = {
+    EXIT_OK: "ok (check: allowed)",
+    EXIT_NOT_FOUND: "not found (inspect: no such session)",
+    EXIT_USAGE: "usage error",
+    EXIT_DENIED: "denied (check)",
+    EXIT_BACKEND: "backend unreachable or misconfigured",
+    EXIT_INTERNAL: "internal error (a bug)",
+}
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+class CliError(Exception):
+    """An error the CLI reports as one line with an exit code."""
+
+    def __init__(self, message: str, code: int, kind: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
+        self.kind = kind
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def scrub(text: str, secrets: Collection[str]) -> str:
+    """`text` with URL passwords redacted and every one of `secrets` replaced by ***."""
+    text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def one_line(text: str, secrets: Collection[str]) -> str:
+    """`text` scrubbed and on one line, as every message the CLI prints is."""
+    return scrub(" ".join(str(text).split()), secrets)
+
+
+# -- rich output for people, JSON for programs -----------------------------------------------------
+
+
+def make_console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    terminal = stream.isatty()
+    # Colour and box drawing only on a terminal; piped output is plain, wide text.
+    return Console(
+        file=stream, highlight=False, emoji=False, soft_wrap=not terminal,
+        width=None if terminal else int(os.environ.get("COLUMNS", "0") or 0) or 200,
+    )
+
+
+def make_table(*columns: str, title: str | None = None) -> Table:
+    terminal = sys.stdout.isatty()
+    return Table(
+        *columns, title=title, box=box.SIMPLE_HEAD if terminal else None,
+        show_edge=False, pad_edge=False, header_style="bold" if terminal else "",
+        title_justify="left", title_style="bold" if terminal else "",
+    )
+
+
+def print_renderable(console: Console, renderable: Any) -> None:
+    """Print a rich renderable; piped, without the padding rich puts at line ends."""
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    lines = captured.get().splitlines()
+    console.file.write("".join(line.rstrip() + "\n" for line in lines))
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def note(app: App, text: str) -> None:
+    """A hint for a human (stderr), never in --json output."""
+    if not app.json:
+        make_console(stderr=True).print(Text(one_line(text, app.secrets), style="dim"))
+
+
+def memory_hint(app: App, settings: BrakeSettings) -> None:
+    if settings.parsed_url.kind == "memory":
+        note(app,
+             "note: memory:// is private to this process, so this command sees only its own "
+             "streaks; pass --url redis://... (or set DISTBRAKE_URL) to reach your fleet's store")
+
+
+# -- errors: what went wrong, its fix, its exit code -------------------------------------------------
+
+
+def backend_problem(error: BaseException, app: App) -> tuple[str, str, str]:
+    """(kind, what happened, the fix) for a backend failure, password-free."""
+    backend, timeout = app.backend, app.timeout_seconds
+    if isinstance(error, BrakeUnavailableError) and error.__cause__ is not None:
+        error = error.__cause__
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, redis.exceptions.AuthenticationError):
+        return (
+            "auth",
+            f"backend {backend} refused the credentials ({text})",
+            "fix the user name and password (the user:password@ part of --url or DISTBRAKE_URL)",
+        )
+    if isinstance(error, redis.exceptions.NoPermissionError) or (
+        isinstance(error, redis.exceptions.ResponseError)
+        and ("can't run this command" in text or "no permissions" in text.lower())
+    ):
+        return (
+            "permission",
+            f"backend {backend} denied a command to this user, permission missing ({text})",
+            "grant the brake's user what it needs, e.g. "
+            f"ACL SETUSER <user> {needed_rules()} ~<key_prefix>:*",
+        )
+    if isinstance(error, redis.exceptions.ReadOnlyError):
+        return (
+            "read-only",
+            f"backend {backend} is a read-only replica ({text})",
+            "point --url at the primary (or use redis+sentinel:// to follow it)",
+        )
+    if isinstance(error, (redis.exceptions.TimeoutError, TimeoutError)):
+        return (
+            "timeout",
+            f"backend {backend} did not answer within {timeout:g} s ({text})",
+            "check that it is a Redis server (TLS needs rediss://) that is up and not paused, "
+            "or raise --timeout on a slow network",
+        )
+    if isinstance(error, redis.exceptions.ResponseError) and text.startswith(("MOVED", "ASK")):
+        return (
+            "cluster",
+            f"backend {backend} is a Redis Cluster node ({text})",
+            "use redis+cluster://host:port[,host:port...]",
+        )
+    if isinstance(error, (redis.exceptions.ConnectionError, ConnectionError, OSError)):
+        return (
+            "unreachable",
+            f"backend {backend} is unreachable ({text})",
+            "start Redis there, or point --url / DISTBRAKE_URL at a running server",
+        )
+    if isinstance(error, redis.exceptions.RedisClusterException):
+        return (
+            "cluster",
+            f"Redis Cluster at {backend} is unusable ({text})",
+            "check that the nodes in the URL are up and that the cluster is healthy "
+            "(CLUSTER INFO: cluster_state:ok)",
+        )
+    return (
+        "backend",
+        f"backend {backend} failed: {type(error).__name__}: {text}",
+        "run `distbrake doctor` for a diagnosis",
+    )
+
+
+def as_cli_error(error: BaseException, app: App) -> CliError:
+    """The exit code, kind and message an error (of ours, the library's, redis-py's, or a bug) gets."""
+    if isinstance(error, CliError):
+        return error
+    if isinstance(error, LoopBrakeError):
+        return CliError(str(error), EXIT_DENIED, "denied")
+    if isinstance(error, BrakeUnavailableError):
+        cause = error.__cause__
+        if cause is not None:
+            kind, what, fix = backend_problem(cause, app)
+            return CliError(f"{what}; {fix}", EXIT_BACKEND, kind)
+        return CliError(str(error), EXIT_BACKEND, "unavailable")
+    if isinstance(error, ConfigurationError):
+        return CliError(f"configuration error: {error}", EXIT_BACKEND, "configuration")
+    if isinstance(error, UnsupportedArgumentsError):
+        return CliError(str(error), EXIT_USAGE, "usage")
+    if isinstance(error, DistbrakeError):  # ScriptReplyError and the like: the backend's side
+        return CliError(f"backend {app.backend}: {error}", EXIT_BACKEND, "backend")
+    if isinstance(error, (redis.exceptions.RedisError, redis.exceptions.RedisClusterException,
+                          OSError, TimeoutError)):
+        kind, what, fix = backend_problem(error, app)
+        return CliError(f"{what}; {fix}", EXIT_BACKEND, kind)
+    return CliError(
+        f"internal error ({type(error).__name__}: {error}); please report it",
+        EXIT_INTERNAL, "internal",
+    )
+
+
+def report_error(app: App, error: CliError) -> int:
+    """Print `error` as one line on stderr (with --json, also as JSON on stdout); its exit code."""
+    message = one_line(str(error), app.secrets)
+    if app.json:
+        emit_json({"error": {"exit_code": error.code, "kind": error.kind, "message": message}})
+    click.echo(f"distbrake: {message}", err=True)
+    return error.code

@@ -1,0 +1,131 @@
+"""`LoopBrake`, the in-process brake: one streak record per session, in this process.
+
+It applies the rule of `streak.py` under a lock, forgets idle sessions after
+the TTL, and offers the same operations as the Redis brakes (inspect, clear,
+sessions). The `local` failure policy uses one as its fallback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Unpack
+
+from .core import PreparedCall, SessionState, SyncCheck, Verdict
+from .settings import BrakeOptions, BrakeSettings, load_settings
+from .streak import advance
+from .wrap import GuardMixin
+
+__all__ = ["LoopBrake"]
+
+
+@dataclass(slots=True)
+class _Record:
+    digest: str
+    count: int
+    call_id: str | None  # of the last counted call
+    previous_id: str | None  # of the call before it, in this streak
+    tool_name: str
+    expires_at: float  # on the brake's clock (monotonic); last update = expires_at - ttl
+
+
+class LoopBrake(GuardMixin, SyncCheck):
+    """The in-process brake: one record per session in this process, locked, TTL-bounded."""
+
+    def __init__(
+        self,
+        max_repeats: int | float | str | None = None,
+        /,
+        *,
+        settings: BrakeSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[BrakeOptions],
+    ) -> None:
+        if max_repeats is not None:
+            options["max_repeats"] = max_repeats
+        super().__init__(load_settings(settings, **options))
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: OrderedDict[str, _Record] = OrderedDict()
+        self._ttl = self.settings.ttl_seconds
+
+    def __repr__(self) -> str:
+        return f"LoopBrake(max_repeats={self.max_repeats}, sessions={len(self._records)})"
+
+    def record(self, call: PreparedCall) -> tuple[int, bool]:
+        """Apply the rule to `call`'s session record; returns (count, replayed)."""
+        now = self._clock()
+        records = self._records
+        session = call.session_id
+        with self._lock:
+            if records and next(iter(records.values())).expires_at <= now:
+                self._expire(now)
+            record = records.get(session)
+            if record is None:
+                count, replayed = 1, False
+                records[session] = _Record(
+                    call.digest, 1, call.call_id, None, call.tool_name, now + self._ttl
+                )
+            else:
+                count, replayed = advance(
+                    record.digest, record.count, record.call_id, record.previous_id,
+                    call.digest, call.call_id,
+                )
+                if not replayed:
+                    record.previous_id = record.call_id if count > 1 else None
+                    record.digest, record.count, record.call_id = call.digest, count, call.call_id
+                    record.tool_name = call.tool_name
+                record.expires_at = now + self._ttl
+                records.move_to_end(session)
+        return count, replayed
+
+    def _expire(self, now: float) -> None:
+        records = self._records
+        while records:
+            first = next(iter(records.values()))
+            if first.expires_at > now:
+                break
+            records.popitem(last=False)
+
+    def decide(self, call: PreparedCall) -> Verdict:
+        """Count `call` in this process and judge it."""
+        count, replayed = self.record(call)
+        return self.judge(call, count, replayed, "in-process")
+
+    # -- operations (the same names as the distributed brakes) --------------------
+
+    def _state(self, session_id: str, record: _Record, now: float) -> SessionState:
+        left = max(0.0, record.expires_at - now)
+        updated = time.time() - (self._ttl - left)
+        return SessionState(session_id, record.tool_name, record.digest[:12], record.count, left, updated)
+
+    def inspect(self, session_id: str) -> SessionState | None:
+        now = self._clock()
+        with self._lock:
+            self._expire(now)
+            record = self._records.get(session_id)
+            return None if record is None else self._state(session_id, record, now)
+
+    def clear(self, session_id: str) -> bool:
+        with self._lock:
+            return self._records.pop(session_id, None) is not None
+
+    def sessions(self, match: str | None = None) -> Iterator[SessionState]:
+        now = self._clock()
+        with self._lock:
+            self._expire(now)
+            states = [
+                self._state(session, record, now)
+                for session, record in self._records.items()
+                if match is None or fnmatchcase(session, match)
+            ]
+        return iter(states)
+
+    def reset(self) -> None:
+        """Forget every session's streak."""
+        with self._lock:
+            self._records.clear()
