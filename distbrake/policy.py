@@ -1,15 +1,20 @@
-"""What a check does when Redis fails: the `on_backend_error` policy.
+"""What a check does when Redis fails: the `on_backend_error` policy, and the circuit breaker.
 
 * `open`: allow the call and log a warning (the brake is off while Redis is);
 * `closed`: raise `BrakeUnavailableError` (the tool does not run);
 * `local` (default): an in-process `LoopBrake` carries the streaks of this
   process until Redis answers again (streaks are then per process, not per
-  fleet).
+  fleet); they are forgotten when Redis answers again, so a streak from one
+  outage never reaches into the next.
 
 `BackendHealth` is a small circuit breaker: after a failure Redis is known to
 be down and checks go straight to the policy, paying no timeout, until a
-pause has passed (`retry_after_seconds`, doubling up to 30 times that); then
-one check probes Redis, and a success closes the breaker.
+pause has passed (`retry_after_seconds`); then one check probes Redis: a
+success closes the breaker, a failure doubles the pause (up to 30 times the
+first). One outage moves the pause one step, however many checks were in
+flight when it began: each check carries a ticket naming the breaker's state
+it started in, and a failure (or success) from a state that has since
+changed is old news.
 """
 
 from __future__ import annotations
@@ -28,10 +33,20 @@ __all__ = ["BackendHealth", "FailureHandler"]
 logger = logging.getLogger("distbrake")
 
 MAX_PAUSE_FACTOR = 30
+FOREIGN_KEYS_LOGGED = 1024  # keys remembered as already logged (then the memory starts over)
+
+
+NO_TRY = -1  # the ticket of a check that must not ask Redis (known down, no probe due)
 
 
 class BackendHealth:
-    """Known up, or known down until a probe is due. Thread-safe; no I/O."""
+    """Known up, or known down until a probe is due. Thread-safe; no I/O.
+
+    `attempt()` gives each check a ticket: `NO_TRY`, or the breaker's epoch
+    times two, plus one when the check is the probe. The epoch moves on every
+    change of state (up -> down, down -> up), so `failed` and `succeeded` act
+    only on news.
+    """
 
     def __init__(self, first_pause: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._first_pause = first_pause
@@ -39,6 +54,7 @@ class BackendHealth:
         self._clock = clock
         self._lock = threading.Lock()
         self._down = False
+        self._epoch = 0
         self._pause = first_pause
         self._probe_at = 0.0
         self._probing = False
@@ -47,35 +63,61 @@ class BackendHealth:
     def down(self) -> bool:
         return self._down
 
-    def may_try(self) -> bool:
-        """True when Redis should be asked now (it is up, or this call is the probe)."""
+    @property
+    def pause(self) -> float:
+        """The pause before the next probe while down (the first pause while up)."""
+        return self._pause
+
+    def attempt(self) -> int:
+        """A ticket for this check: `NO_TRY`, or it may ask Redis (it is up, or this check is the probe)."""
         if not self._down:
-            return True
+            return self._epoch << 1
+        with self._lock:  # read again under the lock: a probe may have ended the outage meanwhile
+            if self._down and (self._probing or self._clock() < self._probe_at):
+                return NO_TRY
+            probe = self._down
+            self._probing = probe
+            return (self._epoch << 1) | probe
+
+    def succeeded(self, ticket: int) -> bool:
+        """Redis answered the check holding `ticket`; True when that is news (the probe: Redis is back)."""
+        if not self._down:
+            return False
         with self._lock:
-            if self._probing or self._clock() < self._probe_at:
+            if not self._down or ticket >> 1 != self._epoch:
+                return False  # an answer to a check sent before the outage was known: not the probe's
+            self._down, self._probing, self._pause = False, False, self._first_pause
+            self._epoch += 1
+        logger.warning("distbrake: Redis answers again; streaks are shared again")
+        return True
+
+    def abandoned(self, ticket: int) -> None:
+        """The check holding `ticket` gave up with no answer (cancelled): if it was the probe, the next check probes."""
+        if ticket & 1 and self._down:
+            with self._lock:
+                if ticket >> 1 == self._epoch:
+                    self._probing = False
+
+    def failed(self, ticket: int) -> bool:
+        """Redis failed the check holding `ticket`; True when this is news (Redis was thought up).
+
+        The first failure of an outage opens the breaker with the first
+        pause; a failed probe doubles it; a failure of a check that was in
+        flight when the outage began (an older epoch) changes nothing.
+        """
+        with self._lock:
+            if ticket >> 1 != self._epoch:
                 return False
-            self._probing = True
-            return True
-
-    def succeeded(self) -> None:
-        if self._down:
-            with self._lock:
-                self._down, self._probing, self._pause = False, False, self._first_pause
-            logger.warning("distbrake: Redis answers again; streaks are shared again")
-
-    def abandoned(self) -> None:
-        """A check gave up with no answer either way (cancelled): if it was the probe, the next check probes."""
-        if self._down:
-            with self._lock:
-                self._probing = False
-
-    def failed(self) -> bool:
-        """Record a failure; True when this failure is news (Redis was thought up)."""
-        with self._lock:
-            news = not self._down
-            if self._down:
+            if not self._down:
+                self._down, self._pause = True, self._first_pause
+                self._epoch += 1
+                news = True
+            elif ticket & 1:
                 self._pause = min(self._pause * 2, self._max_pause)
-            self._down, self._probing = True, False
+                news = False
+            else:
+                return False  # pragma: no cover - only the probe holds a ticket of a down epoch
+            self._probing = False
             self._probe_at = self._clock() + self._pause
             return news
 
@@ -89,19 +131,54 @@ class FailureHandler:
         self.policy = brake.settings.on_backend_error
         self.local = LoopBrake(settings=brake.settings)
         self.health = BackendHealth(brake.settings.retry_after_seconds)
+        self._lock = threading.Lock()
+        self._foreign_keys: set[str] = set()
 
-    def failed(self, error: BaseException | None) -> None:
+    def failed(self, error: BaseException, ticket: int) -> None:
         """Record a backend failure (once per outage in the log, without arguments)."""
-        if self.health.failed() and error is not None:
+        if self.health.failed(ticket):
             logger.warning(
                 "distbrake: Redis at %s failed (%s); policy %r until it answers again",
                 self._backend, type(error).__name__, self.policy,
             )
 
-    def decide(self, call: PreparedCall, error: BaseException | None) -> Verdict:
-        """The verdict without Redis: allow, raise `BrakeUnavailableError`, or brake locally."""
+    def _foreign_key(self, key: str, call: PreparedCall) -> None:
+        """Log, once per key (a bounded memory), that a session's key is not a streak record."""
+        with self._lock:
+            if key in self._foreign_keys:
+                return
+            if len(self._foreign_keys) >= FOREIGN_KEYS_LOGGED:
+                self._foreign_keys.clear()
+            self._foreign_keys.add(key)
+        logger.warning(
+            "distbrake: the key %s of session %r holds a value that is not a streak record (WRONGTYPE); "
+            "policy %r decides its checks until the key is deleted",
+            key, call.session_id[:128], self.policy,
+        )
+
+    def succeeded(self, ticket: int) -> None:
+        """Redis answered: when that ends an outage, the fallback's streaks are forgotten."""
+        if self.health.succeeded(ticket):
+            self.local.reset()
+
+    def decide(
+        self, call: PreparedCall, error: BaseException | None, *, record_key: str | None = None
+    ) -> Verdict:
+        """The verdict without Redis: allow, raise `BrakeUnavailableError`, or brake locally.
+
+        `record_key` names the session's key when Redis refused that key alone
+        (it holds a foreign value): the same policy, for this check only.
+        """
+        cause = type(error).__name__ if error is not None else "known to be down"
+        if record_key is not None:
+            self._foreign_key(record_key, call)
         if self.policy == "closed":
-            cause = type(error).__name__ if error is not None else "known to be down"
+            if record_key is not None:
+                raise BrakeUnavailableError(
+                    f"loop brake: the key {record_key} of session {call.session_id[:128]!r} holds a value "
+                    f'that is not a streak record ({cause}: WRONGTYPE); tool "{call.tool_name[:64]}" was not '
+                    'run (on_backend_error="closed"). Delete the key, e.g. distbrake clear SESSION'
+                ) from error
             raise BrakeUnavailableError(
                 f"loop brake backend {self._backend} is unavailable ({cause}); "
                 f'tool "{call.tool_name}" was not run (on_backend_error="closed")'

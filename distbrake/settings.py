@@ -183,13 +183,13 @@ class BrakeSettings(BaseSettings):
     def parsed_url(self) -> ParsedURL:
         """The backend URL (`DEFAULT_URL` when none is set), parsed once; raises `InvalidURLError`."""
         if self._parsed_url is None:
-            self._parsed_url = parse_url(self.url or DEFAULT_URL)
+            self._parsed_url = parse_url(DEFAULT_URL if self.url is None else self.url)
         return self._parsed_url
 
     @property
     def shown_url(self) -> str:
         """The backend URL as it may be shown: password redacted, the default filled in."""
-        return redact_url(self.url or DEFAULT_URL)
+        return redact_url(DEFAULT_URL if self.url is None else self.url)
 
     def limit_for(self, tool: str) -> int | None:
         """The limit for `tool`, or None when the tool is exempt."""

@@ -15,6 +15,9 @@ import pytest
 from tests.backends import ADAPTER_BRAKES, AnyBrake, Brakes
 from tests.servers import RedisCluster, RedisServer
 
+# The fault tests' fixtures (make, server, proxy) for every fault-themed module.
+pytest_plugins = ["tests.faults"]
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:

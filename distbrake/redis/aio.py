@@ -20,6 +20,7 @@ import redis.asyncio.cluster
 import redis.exceptions
 
 from ..core import SessionState, Verdict
+from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
@@ -51,7 +52,7 @@ class _Coalescer:
         # connection; Cluster and the embedded backend use the client's pipeline.
         self._direct = (
             type(client) is redis.asyncio.Redis
-            and type(client.connection_pool) is redis.asyncio.ConnectionPool
+            and type(client.connection_pool) in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool)
         )
         self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._queue: list[_Pending] = []
@@ -207,17 +208,18 @@ class AsyncDistributedBrake(DistributedBase):
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._bind(loop)
-        if not self.failures.health.may_try():
+        ticket = self.failures.health.attempt()
+        if ticket == NO_TRY:
             return self.without_redis(call, None)
         key, argv = self.encode(call)
         try:
             reply = await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
         except BACKEND_ERRORS as error:
-            return self.without_redis(call, error)
+            return self.without_redis(call, error, ticket)
         except BaseException:  # cancelled by the host: a probe must not stay claimed forever
-            self.failures.health.abandoned()
+            self.failures.health.abandoned(ticket)
             raise
-        return self.verdict(call, reply)
+        return self.verdict(call, reply, ticket)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._loop is not None and not self._loop.is_closed():
@@ -267,9 +269,12 @@ class AsyncDistributedBrake(DistributedBase):
     async def clear_all(self) -> int:
         """Forget every session under this prefix (and nothing else); returns how many."""
         cleared = 0
-        for keys in [batch async for batch in self._key_batches()]:
-            pipe = self.queue_deletes(self.client.pipeline(transaction=False), keys)
-            cleared += sum(int(n) for n in await pipe.execute())
+        for batch in [batch async for batch in self._key_batches()]:
+            reads = self.queue_state_reads(self.client.pipeline(transaction=False), batch)
+            keys = self.records_among(batch, await reads.execute(raise_on_error=False))
+            if keys:
+                pipe = self.queue_deletes(self.client.pipeline(transaction=False), keys)
+                cleared += sum(int(n) for n in await pipe.execute())
         return cleared
 
     async def ping(self) -> bool:

@@ -14,7 +14,7 @@ from typing import Any, Self, Unpack
 import redis.exceptions
 
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
-from ..policy import FailureHandler
+from ..policy import NO_TRY, FailureHandler
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
@@ -56,7 +56,7 @@ class DistributedBase(GuardMixin, BrakeCore):
     ) -> None:
         super().__init__(load_settings(settings, url=url, **options))
         self.client = client
-        self.backend = self.settings.shown_url if self.settings.url else repr_client(client)
+        self.backend = self.settings.shown_url if self.settings.url is not None else repr_client(client)
         if self.settings.url is None and _without_timeout(client):
             logger.warning(
                 "distbrake: the client given to %s has no socket_timeout: a Redis that accepts "
@@ -141,22 +141,43 @@ class DistributedBase(GuardMixin, BrakeCore):
         return states
 
     @staticmethod
+    def records_among(keys: list[Any], replies: list[Any]) -> list[Any]:
+        """The keys (of `queue_state_reads`' replies) that hold a streak record: never a foreign key."""
+        return [
+            key for key, index in zip(keys, range(0, len(replies), 2), strict=True)
+            if not isinstance(replies[index], Exception)
+            and decode_state(replies[index], replies[index + 1], 0.0) is not None
+        ]
+
+    @staticmethod
     def queue_deletes(pipe: Any, keys: list[Any]) -> Any:
         for key in keys:
             pipe.delete(key)
         return pipe
 
-    def verdict(self, call: PreparedCall, reply: object) -> Verdict:
-        """The script's reply as a verdict (raises `LoopBrakeError` on denial)."""
+    def verdict(self, call: PreparedCall, reply: object, ticket: int) -> Verdict:
+        """The script's reply to the check holding `ticket` as a verdict (raises `LoopBrakeError` on denial)."""
         count, replayed = decode_reply(reply)
-        self.failures.health.succeeded()
+        self.failures.succeeded(ticket)
         return self.judge(call, count, replayed, "redis")
 
-    def without_redis(self, call: PreparedCall, error: BaseException | None) -> Verdict:
-        """Apply the failure policy; `error` is None when Redis is known down and was not asked."""
+    def without_redis(self, call: PreparedCall, error: BaseException | None, ticket: int = NO_TRY) -> Verdict:
+        """Apply the failure policy; `error` is None when Redis is known down and was not asked.
+
+        An error about this session's key alone (it holds a foreign value) is
+        that session's problem: the policy decides this check, and the
+        backend's health is untouched.
+        """
         if error is not None:
-            self.failures.failed(error)
+            if is_record_error(error):
+                return self.failures.decide(call, error, record_key=self.key(call.session_id))
+            self.failures.failed(error, ticket)
         return self.failures.decide(call, error)
+
+
+def is_record_error(error: BaseException) -> bool:
+    """True when Redis refused one key only: the session's key holds a value of another type."""
+    return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("WRONGTYPE")
 
 
 def _without_timeout(client: Any) -> bool:

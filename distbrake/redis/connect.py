@@ -10,6 +10,7 @@ recognised and not counted twice.
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,17 @@ _TLS_OPTIONS = {
 }
 _OTHER_OPTIONS = {"client_name": str, "max_connections": int, "sentinel_password": str,
                   "sentinel_username": str}
+# The values redis-py understands, checked when the client is built: a bad one would otherwise
+# fail only at the first connection (and a brake that fails open would just fall back, silently).
+_CERT_REQS = ("none", "optional", "required")
+_TLS_VERSIONS = {
+    name.lower().replace("_", "."): version
+    for name, version in (("TLSv1", ssl.TLSVersion.TLSv1), ("TLSv1_1", ssl.TLSVersion.TLSv1_1),
+                          ("TLSv1_2", ssl.TLSVersion.TLSv1_2), ("TLSv1_3", ssl.TLSVersion.TLSv1_3))
+}
+_PATH_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
+
+UNLIMITED = 2**31  # redis-py's max_connections when none is given
 
 _memory_lock = threading.Lock()
 _memory_servers: dict[str, fakeredis.FakeServer] = {}
@@ -86,6 +98,29 @@ def _bool(url: ParsedURL, name: str, text: str) -> bool:
     raise InvalidURLError(f"invalid backend URL {url.redacted!r}: {name} must be true or false")
 
 
+def _text_option(url: ParsedURL, name: str, text: str) -> Any:
+    """A text option's value as redis-py takes it, or `InvalidURLError` now (not at connect)."""
+    def bad(why: str) -> InvalidURLError:
+        return InvalidURLError(f"invalid backend URL {url.redacted!r}: {name} {why}")
+
+    if name == "ssl_cert_reqs":
+        if text.lower() not in _CERT_REQS:
+            raise bad(f"must be one of {', '.join(_CERT_REQS)}")
+        return text.lower()
+    if name == "ssl_min_version":
+        version = _TLS_VERSIONS.get(text.lower().replace("_", "."))
+        if version is None:
+            raise bad("must be a TLS version: TLSv1.2 or TLSv1.3 (also TLSv1, TLSv1.1, "
+                      "or written TLSv1_2)")
+        return version
+    if name == "client_name" and not all("!" <= c <= "~" for c in text):
+        # Redis refuses CLIENT SETNAME with spaces, newlines or other special characters.
+        raise bad("may hold only printable ASCII characters without spaces")
+    if name in _PATH_OPTIONS and not text:
+        raise bad("must name a file or directory")
+    return text
+
+
 def _options(url: ParsedURL) -> dict[str, Any]:
     allowed = {**_OTHER_OPTIONS, **(_TLS_OPTIONS if url.tls else {})}
     options: dict[str, Any] = {}
@@ -100,11 +135,12 @@ def _options(url: ParsedURL) -> dict[str, Any]:
             options[name] = _bool(url, name, text)
         elif kind is int:
             number = parse_number(text)
-            if number is None:
-                raise InvalidURLError(f"invalid backend URL {url.redacted!r}: {name} must be a number")
+            if number is None or number < 1:
+                raise InvalidURLError(
+                    f"invalid backend URL {url.redacted!r}: {name} must be a number from 1")
             options[name] = number
         else:
-            options[name] = text
+            options[name] = _text_option(url, name, text)
     return options
 
 
@@ -140,18 +176,41 @@ def _sentinel_kwargs(url: ParsedURL, timeout: float, retry: Any) -> dict[str, An
     return extra
 
 
+def _where(parsed: ParsedURL, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The client arguments of a single node: its address (TCP or Unix socket), db and options."""
+    if parsed.kind == "unix":
+        kwargs.pop("ssl", None)
+        return {"unix_socket_path": parsed.path, "db": parsed.db, **kwargs}
+    host, port = parsed.hosts[0]
+    return {"host": host, "port": port, "db": parsed.db, **kwargs}
+
+
+def _limited(client: Any, blocking_pool: Any, timeout: float) -> Any:
+    """`client` as it is, or, with `?max_connections=N`, on a pool that never opens more than N.
+
+    redis-py's plain pool raises "Too many connections" past its limit (which
+    the brake would take for an outage); a blocking pool makes a check wait
+    for a free connection, up to the brake's timeout. Its connection class
+    and settings are the ones redis-py chose for the URL.
+    """
+    pool = client.connection_pool
+    if pool.max_connections >= UNLIMITED:
+        return client
+    blocking = blocking_pool(
+        connection_class=pool.connection_class, max_connections=pool.max_connections,
+        timeout=timeout, **pool.connection_kwargs,
+    )
+    return type(client).from_pool(blocking)  # the client owns the pool: closing it closes the pool
+
+
 def sync_client(url: str | ParsedURL, timeout: float) -> Any:
     """A redis-py (or fakeredis) client for `url`, sync flavour."""
     parsed = parse_url(url) if isinstance(url, str) else url
     if parsed.kind == "memory":
         return fakeredis.FakeRedis(server=memory_server(parsed.path))
     kwargs = _common(parsed, timeout, redis.retry.Retry(NoBackoff(), 1))
-    if parsed.kind == "redis":
-        host, port = parsed.hosts[0]
-        return redis.Redis(host=host, port=port, db=parsed.db, **kwargs)
-    if parsed.kind == "unix":
-        kwargs.pop("ssl", None)
-        return redis.Redis(unix_socket_path=parsed.path, db=parsed.db, **kwargs)
+    if parsed.kind in ("redis", "unix"):
+        return _limited(redis.Redis(**_where(parsed, kwargs)), redis.BlockingConnectionPool, timeout)
     if parsed.kind == "cluster":
         nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]  # type: ignore[no-untyped-call]
         # redis-py's sync cluster client connects when it is built; build it on
@@ -170,12 +229,9 @@ def async_client(url: str | ParsedURL, timeout: float) -> Any:
     if parsed.kind == "memory":
         return fakeredis.FakeAsyncRedis(server=memory_server(parsed.path))
     kwargs = _common(parsed, timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
-    if parsed.kind == "redis":
-        host, port = parsed.hosts[0]
-        return redis.asyncio.Redis(host=host, port=port, db=parsed.db, **kwargs)
-    if parsed.kind == "unix":
-        kwargs.pop("ssl", None)
-        return redis.asyncio.Redis(unix_socket_path=parsed.path, db=parsed.db, **kwargs)
+    if parsed.kind in ("redis", "unix"):
+        client = redis.asyncio.Redis(**_where(parsed, kwargs))
+        return _limited(client, redis.asyncio.BlockingConnectionPool, timeout)
     if parsed.kind == "cluster":
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)

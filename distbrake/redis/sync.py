@@ -19,6 +19,7 @@ import redis
 import redis.exceptions
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
+from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
@@ -57,7 +58,8 @@ class DistributedBrake(SyncCheck, DistributedBase):
 
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in Redis (one EVALSHA) and judge it; the failure policy if Redis fails."""
-        if not self.failures.health.may_try():
+        ticket = self.failures.health.attempt()
+        if ticket == NO_TRY:
             return self.without_redis(call, None)
         key, argv = self.encode(call)
         try:
@@ -66,11 +68,11 @@ class DistributedBrake(SyncCheck, DistributedBase):
                 else self._evalsha(key, argv)
             )
         except BACKEND_ERRORS as error:
-            return self.without_redis(call, error)
+            return self.without_redis(call, error, ticket)
         except BaseException:  # interrupted: a probe must not stay claimed forever
-            self.failures.health.abandoned()
+            self.failures.health.abandoned(ticket)
             raise
-        return self.verdict(call, reply)
+        return self.verdict(call, reply, ticket)
 
     def _evalsha(self, key: str, argv: tuple[bytes | int, ...]) -> Any:
         """EVALSHA through the client (Cluster routes it); NOSCRIPT loads and sends again."""
@@ -152,9 +154,12 @@ class DistributedBrake(SyncCheck, DistributedBase):
     def clear_all(self) -> int:
         """Forget every session under this prefix (and nothing else); returns how many."""
         cleared = 0
-        for keys in list(self._key_batches()):
-            pipe = self.queue_deletes(self.client.pipeline(transaction=False), keys)
-            cleared += sum(int(n) for n in pipe.execute())
+        for batch in list(self._key_batches()):
+            reads = self.queue_state_reads(self.client.pipeline(transaction=False), batch)
+            keys = self.records_among(batch, reads.execute(raise_on_error=False))
+            if keys:
+                pipe = self.queue_deletes(self.client.pipeline(transaction=False), keys)
+                cleared += sum(int(n) for n in pipe.execute())
         return cleared
 
     def ping(self) -> bool:

@@ -1,0 +1,91 @@
+"""How many connections a brake opens, against a real redis-server: `?max_connections=N` holds on every path."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from distbrake import AsyncDistributedBrake, DistributedBrake
+from tests.servers import RedisServer
+
+
+def peak_clients(server: RedisServer) -> int:
+    """Clients connected now, besides the one asking."""
+    return int(server.command("INFO", "clients").split("connected_clients:")[1].split()[0]) - 1
+
+
+@pytest.mark.parametrize("limit", [1, 4])
+def test_sync_threads_never_open_more_than_max_connections(server: RedisServer, limit: int) -> None:
+    brake = DistributedBrake.from_url(f"{server.url}?max_connections={limit}", timeout_seconds=5.0)
+    start, done, leave = threading.Barrier(64), threading.Barrier(65), threading.Barrier(65)
+    decided: list[str] = []
+
+    def work(i: int) -> None:
+        start.wait()
+        for j in range(20):
+            decided.append(brake.check("search", {"j": j}, session_id=f"s{i}").decided_by)
+        done.wait()  # every thread has checked and keeps whatever connection it holds
+        leave.wait()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
+    try:
+        for thread in threads:
+            thread.start()
+        done.wait()
+        peak = peak_clients(server)
+        leave.wait()
+        for thread in threads:
+            thread.join()
+        counts = [brake.check("search", {"j": 0}, session_id=f"s{i}").count for i in range(64)]
+    finally:
+        brake.close()
+    print(f"\nsync, 64 threads, max_connections={limit}: {peak} server connections, "
+          f"{len(decided)} checks decided by {sorted(set(decided))}")
+    assert peak <= limit
+    assert decided == ["redis"] * 64 * 20
+    assert counts == [1] * 64  # each session's last call was j=19: j=0 starts a new streak
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+async def test_async_burst_never_opens_more_than_max_connections(server: RedisServer, limit: int) -> None:
+    brake = AsyncDistributedBrake.from_url(f"{server.url}?max_connections={limit}", timeout_seconds=5.0)
+    try:
+        verdicts = await asyncio.gather(
+            *(brake.check("search", {}, session_id=f"s{i}") for i in range(300)),
+            *(brake.inspect(f"s{i}") for i in range(20)),
+        )
+        peak = peak_clients(server)
+    finally:
+        await brake.aclose()
+    decided = {v.decided_by for v in verdicts[:300]}  # type: ignore[union-attr]
+    print(f"\nasync, 300 checks and 20 inspects at once, max_connections={limit}: "
+          f"{peak} server connections, decided by {sorted(decided)}")
+    assert peak <= limit
+    assert decided == {"redis"}
+
+
+def test_without_a_limit_each_checking_thread_opens_one_connection(server: RedisServer) -> None:
+    """The documented default on a single node: one connection per thread that checks, kept for its life."""
+    def received() -> int:
+        return int(server.command("INFO", "stats").split("total_connections_received:")[1].split()[0])
+
+    brake = DistributedBrake.from_url(server.url)
+    before = received()
+
+    def work(i: int) -> None:
+        for j in range(50):
+            brake.check("search", {"j": j}, session_id=f"s{i}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        opened = received() - before - 1  # the INFO that asks
+    finally:
+        brake.close()
+    print(f"\nsync, 8 threads x 50 checks, no limit: {opened} connections opened")
+    assert opened == 8
