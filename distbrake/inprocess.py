@@ -52,6 +52,7 @@ class LoopBrake(GuardMixin, SyncCheck):
         self._lock = threading.Lock()
         self._records: OrderedDict[str, _Record] = OrderedDict()
         self._ttl = self.settings.ttl_seconds
+        self._window = self.settings.timeout_seconds  # the replay window, as in lua/brake.lua
 
     def __repr__(self) -> str:
         return f"LoopBrake(max_repeats={self.max_repeats}, sessions={len(self._records)})"
@@ -71,9 +72,10 @@ class LoopBrake(GuardMixin, SyncCheck):
                     call.digest, 1, call.call_id, None, call.tool_name, now + self._ttl
                 )
             else:
+                fresh = now - (record.expires_at - self._ttl) <= self._window
                 count, replayed = advance(
                     record.digest, record.count, record.call_id, record.previous_id,
-                    call.digest, call.call_id,
+                    call.digest, call.call_id, fresh,
                 )
                 if not replayed:
                     record.previous_id = record.call_id if count > 1 else None

@@ -5,8 +5,11 @@ Per check of a session's streak record (last call hash, count):
 * same hash as the record: count + 1; a different hash or no record: the
   record takes the new hash and count = 1;
 * a call with the record's hash whose call id is the last or the previous one
-  of this streak is a replay (a retry, or one host call passing two seams):
+  of this streak, at most the replay window (the brake's timeout) after the
+  last check, is a replay (a retry, or one host call passing two seams):
   counted once, it gets the count (and so the verdict) it got the first time;
+  the same call id later than that is a new call (hosts that number their
+  calls afresh each turn reuse ids);
 * the call is denied when count >= max_repeats; denied calls keep counting.
 
 `inprocess.LoopBrake` applies it in this process; `lua/brake.lua` applies
@@ -20,12 +23,15 @@ __all__ = ["advance"]
 
 def advance(
     last_digest: str | None, last_count: int, last_id: str | None, previous_id: str | None,
-    digest: str, call_id: str | None,
+    digest: str, call_id: str | None, fresh: bool = True,
 ) -> tuple[int, bool]:
-    """The streak rule: the new count, and whether the call is a replay (not counted)."""
+    """The streak rule: the new count, and whether the call is a replay (not counted).
+
+    `fresh`: the last check was within the replay window (only then can a call id repeat).
+    """
     if last_digest != digest:
         return 1, False
-    if call_id is not None:
+    if call_id is not None and fresh:
         if call_id == last_id:
             return last_count, True
         if last_count > 1 and call_id == previous_id:

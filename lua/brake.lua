@@ -1,12 +1,14 @@
---[[ distbrake: one check of one session's streak, atomically.
+--[[ distbrake: one check of one session's streak, atomically (or a run of identical checks).
 
 KEYS[1]  the session's streak record, a hash: <key_prefix>:<18 chars of base64url(sha256(session id))>
-ARGV[1]  the call: 16 bytes of its call hash, 5 bytes of its call id's hash, then the
-         ttl in milliseconds as 5 bytes, big-endian (26 bytes)
+ARGV[1]  the call, or a run of k identical calls of this session in the order they were
+         made: 16 bytes of the call hash, the ttl in milliseconds as 5 bytes big-endian,
+         then 5 bytes of each call's call id hash (26 bytes for one call)
 ARGV[2]  max_repeats for this tool, an integer >= 1
 ARGV[3]  ttl in milliseconds
 ARGV[4]  for inspection only: one byte holding the tool name's length, the tool name
          (at most 64 bytes), then the session id (at most 128 bytes)
+ARGV[5]  the replay window in milliseconds (the brake's timeout)
 
 The record's fields (two, and packed: every byte of every session counts):
   h  16 bytes call hash | 5 bytes last call id | 5 bytes previous call id |
@@ -15,48 +17,74 @@ The record's fields (two, and packed: every byte of every session counts):
 
 The time of the last check is the key's expiry, set by Redis's own clock,
 minus the ttl kept in h: `inspect` reads it back with TIME and PTTL, and the
-script needs no clock call of its own.
+script reads it (PTTL) only when a call id repeats.
 
 The rule: a call with the record's call hash counts n + 1, unless its call id is
-the last or the previous one of this streak: then it is a replay (a retry, or
-the same host call passing a second seam), counted once, with the count it got
-the first time. Any other call starts a new streak at 1. The call is denied
-when its count >= max_repeats; denied calls keep counting. The key's TTL is
-refreshed on every check.
+the last or the previous one of this streak and the last check was at most the
+replay window ago: then it is a replay (a retry after a lost reply, or the same
+host call passing a second seam), counted once, with the count it got the first
+time. The same call id later than that is a new call (hosts that number their
+calls afresh every turn reuse ids). Any other call starts a new streak at 1. The
+call is denied when its count >= max_repeats; denied calls keep counting. The
+key's TTL is refreshed on every check.
 
-Returns one integer: count * 4 + 2 * denied + replayed.
+A run (k > 1) is how the asyncio brake sends a burst of identical calls of one
+session in one round trip: the calls count n + 1 ... n + k, in order. A run is
+resent whole after a lost reply, and its last call id is then the record's last
+one: the whole run is a replay and gets the counts it got the first time. (A run
+counted, then followed by another call before the resend arrives, is no longer
+recognised: the record keeps the last two call ids only, to stay small.)
+
+Returns one integer for the run's last call: count * 4 + 2 * denied + replayed;
+the earlier calls of a run have the counts just below it.
 ]]
 local rcall = redis.call
 local key = KEYS[1]
 local call = ARGV[1]
+local size = #call
+local k = math.floor((size - 21) / 5)
+local last = string.sub(call, size - 4)
+local limit = tonumber(ARGV[2])
 local record = rcall('HGET', key, 'h')
-local count = 1
-local replayed = 0
-local last_id = '\0\0\0\0\0'
+local n = 0
+local before = '\0\0\0\0\0'
 if record and string.sub(record, 1, 16) == string.sub(call, 1, 16) then
-  local n = tonumber(string.sub(record, 32))
-  if n then
-    local id = string.sub(call, 17, 21)
-    last_id = string.sub(record, 17, 21)
-    if id == last_id then
-      count, replayed = n, 1
-    elseif n > 1 and id == string.sub(record, 22, 26) then
-      count, replayed = n - 1, 1
-    else
-      count = n + 1
+  local stored = tonumber(string.sub(record, 32))
+  if stored then
+    local last_id = string.sub(record, 17, 21)
+    local count = nil
+    if last == last_id then
+      count = stored
+    elseif k == 1 and stored > 1 and last == string.sub(record, 22, 26) then
+      count = stored - 1
     end
+    if count then
+      local b1, b2, b3, b4, b5 = string.byte(record, 27, 31)
+      local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
+      if ttl - rcall('PTTL', key) <= tonumber(ARGV[5]) then
+        rcall('PEXPIRE', key, ARGV[3])
+        if count >= limit then
+          return count * 4 + 3
+        end
+        return count * 4 + 1
+      end
+    end
+    n = stored
+    before = last_id
   end
 end
-if replayed == 0 then
-  if count == 1 then
-    rcall('HSET', key, 'h', string.sub(call, 1, 21) .. last_id .. string.sub(call, 22) .. '1',
-          's', ARGV[4])
-  else
-    rcall('HSET', key, 'h', string.sub(call, 1, 21) .. last_id .. string.sub(call, 22) .. count)
-  end
+local count = n + k
+if k > 1 then
+  before = string.sub(call, size - 9, size - 5)
+end
+local fields = string.sub(call, 1, 16) .. last .. before .. string.sub(call, 17, 21) .. count
+if n == 0 then
+  rcall('HSET', key, 'h', fields, 's', ARGV[4])
+else
+  rcall('HSET', key, 'h', fields)
 end
 rcall('PEXPIRE', key, ARGV[3])
-if count >= tonumber(ARGV[2]) then
-  return count * 4 + 2 + replayed
+if count >= limit then
+  return count * 4 + 2
 end
-return count * 4 + replayed
+return count * 4

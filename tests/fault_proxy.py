@@ -12,7 +12,9 @@ enough RESP to pair each command with its reply, which is what the faults need:
   pass-through by itself;
 * ``black_hole()``: connections are accepted and everything sent is
   swallowed; nothing is ever answered (also on connections already open);
-* ``refuse()``: every connection, open or new, is closed at once.
+* ``refuse()``: every connection, open or new, is closed at once;
+* ``latency(seconds)``: every write towards Redis waits that long first (a
+  slow network: one round trip costs at least that much; 0 to stop).
 
 Counters (read them from any thread): ``connections`` (accepted so far),
 ``commands`` (forwarded to Redis), ``dropped`` (replies thrown away).
@@ -65,6 +67,7 @@ class FaultProxy(Managed):
         self.port = 0
         self.mode: ProxyMode = "pass"
         self.drop_commands: frozenset[str] = frozenset({"EVAL", "EVALSHA"})
+        self.delay = 0.0
         self._drops_left = 0
         self._lock = threading.Lock()
         self.connections = 0
@@ -166,6 +169,11 @@ class FaultProxy(Managed):
             self.drop_commands = frozenset(c.upper() for c in commands)
             self._drops_left = n
 
+    def latency(self, seconds: float) -> None:
+        """Delay every write towards Redis by ``seconds`` (in any mode that forwards)."""
+        with self._lock:
+            self.delay = seconds
+
     @property
     def drops_left(self) -> int:
         with self._lock:
@@ -240,6 +248,9 @@ class FaultProxy(Managed):
             if start and link.upstream is not None:
                 with self._lock:
                     self.commands += count
+                    delay = self.delay
+                if delay:
+                    await asyncio.sleep(delay)  # the simulated network, never an assertion's wait
                 link.upstream.write(bytes(buf[:start]))
                 del buf[:start]
         link.close()

@@ -25,7 +25,7 @@ from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
 from .connect import async_client
-from .wire import resp_evalsha, script_sha, script_source
+from .wire import CALL_HEAD, encode_run, resp_evalsha, run_replies, script_sha, script_source
 
 __all__ = ["AsyncDistributedBrake"]
 
@@ -33,8 +33,16 @@ SCAN_BATCH = 500
 MAX_BATCH = 1024
 CLUSTER_CONCURRENCY = 32
 
+MAX_RUN = 256  # identical checks of one session sent as one script call, at most
+
 # (key, argv, the check's deadline on the loop clock, its future)
 _Pending = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any]"]
+# What goes on the wire: (key, argv of the run, the run's earliest deadline, the run's futures)
+_Run = tuple[str, tuple[Any, ...], float, "list[asyncio.Future[Any]]"]
+
+
+class QueueTimeout(Exception):
+    """A check spent its time waiting behind the brake's own earlier batches, not on Redis."""
 
 
 class _Coalescer:
@@ -42,11 +50,18 @@ class _Coalescer:
 
     Each check carries its deadline; a pipeline may take until the earliest
     deadline of its batch, so no check waits longer than its own timeout
-    (one timer per pipeline, not one per check).
+    (one timer per pipeline, not one per check). Identical checks of one
+    session that queue together go as one run (one script call, see
+    lua/brake.lua), so a burst of one session takes one round trip. Time a
+    check spends queued behind earlier batches is not Redis's: a check whose
+    time ran out before it was sent, or whose batch was on the wire for less
+    than half a timeout, fails with `QueueTimeout`, which the brake decides by
+    its policy without marking Redis down.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, timeout: float) -> None:
         self._client = client
+        self._timeout = timeout
         # A plain redis.asyncio client (single node, or a Sentinel-managed master)
         # gets its batches, packed once, written straight to one pooled
         # connection; Cluster and the embedded backend use the client's pipeline.
@@ -68,48 +83,69 @@ class _Coalescer:
 
     async def _send_all(self) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
+        loop = asyncio.get_running_loop()
         while self._queue:
-            batch = self._next_batch()
+            batch = self._next_batch(loop.time())
+            if not batch:
+                continue
+            sent_at = loop.time()
             try:
-                async with asyncio.timeout_at(min(item[2] for item in batch)):
+                async with asyncio.timeout_at(min(run[2] for run in batch)):
                     replies = await self._send(batch)
             except BaseException as error:
-                for *_, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
+                failure: BaseException = error
+                if isinstance(error, TimeoutError) and loop.time() - sent_at < self._timeout / 2:
+                    failure = QueueTimeout()  # the batch never had a fair share of the timeout
+                for *_, futures in batch:
+                    _fail(futures, failure)
                 if isinstance(error, asyncio.CancelledError):
                     raise
                 continue
-            for (*_, future), reply in zip(batch, replies, strict=True):
-                if future.done():
-                    continue
+            for (*_, futures), reply in zip(batch, replies, strict=True):
                 if isinstance(reply, BaseException):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+                    _fail(futures, reply)
+                    continue
+                for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
+                    if not future.done():
+                        future.set_result(one)
 
-    def _next_batch(self) -> list[_Pending]:
-        """Up to MAX_BATCH queued checks, at most one per key; the others wait for the next batch.
+    def _next_batch(self, now: float) -> list[_Run]:
+        """Up to MAX_BATCH runs, at most one per key; the other checks wait for the next batch.
 
-        A batch whose reply is lost is sent again (the retry). The script
-        recognises a replay only among the last two calls of a session, so a
-        resent batch holding three checks of one session would count some
-        twice; with one check per key every resent check is the last of its
-        session and is recognised.
+        A run is a check and the identical checks of its session queued right
+        after it (same call hash, limit and ttl). A batch whose reply is lost
+        is sent again (the retry): the script recognises a resent run by its
+        last call id, which is the last of its session; so a key never has two
+        runs in one batch, and a session's checks are never reordered (once
+        one waits, every later check of that session waits too). A check whose
+        deadline passed while it queued is not sent (`QueueTimeout`).
         """
-        batch: list[_Pending] = []
+        runs: dict[str, list[_Pending]] = {}
+        waiting: set[str] = set()
         later: list[_Pending] = []
-        keys: set[str] = set()
         for item in self._queue:
-            if len(batch) < MAX_BATCH and item[0] not in keys:
-                keys.add(item[0])
-                batch.append(item)
+            key, argv, deadline, future = item
+            if deadline <= now:
+                _fail([future], QueueTimeout())
+                continue
+            run = runs.get(key)
+            if key in waiting:
+                later.append(item)
+            elif run is None and len(runs) < MAX_BATCH:
+                runs[key] = [item]
+            elif run is not None and len(run) < MAX_RUN and _same_call(run[0][1], argv):
+                run.append(item)
             else:
+                waiting.add(key)
                 later.append(item)
         self._queue = later
-        return batch
+        return [
+            (key, encode_run([item[1] for item in run]), min(item[2] for item in run),
+             [item[3] for item in run])
+            for key, run in runs.items()
+        ]
 
-    async def _send(self, batch: list[_Pending]) -> list[Any]:
+    async def _send(self, batch: list[_Run]) -> list[Any]:
         if not self._loaded:  # load once up front rather than learn it from a burst of NOSCRIPTs
             await self._client.script_load(script_source())
             self._loaded = True
@@ -122,7 +158,7 @@ class _Coalescer:
                 replies[index] = reply
         return replies
 
-    async def _pipeline(self, batch: list[_Pending]) -> list[Any]:
+    async def _pipeline(self, batch: list[_Run]) -> list[Any]:
         if self._direct:
             return await self._on_connection(batch)
         sha = script_sha()
@@ -140,7 +176,7 @@ class _Coalescer:
             pipe.evalsha(sha, 1, key, *argv)
         return list(await pipe.execute(raise_on_error=False))
 
-    async def _on_connection(self, batch: list[_Pending]) -> list[Any]:
+    async def _on_connection(self, batch: list[_Run]) -> list[Any]:
         """Write the batch in one send on one pooled connection; read every reply.
 
         A connection error or timeout is retried once on a fresh connection,
@@ -176,6 +212,17 @@ class _Coalescer:
             await pool.release(connection)
 
 
+def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:
+    """Whether `argv` can join the run that starts with `first`: the same call, limit, ttl and window."""
+    return bool(first[0][:CALL_HEAD] == argv[0][:CALL_HEAD] and first[1:] == argv[1:])
+
+
+def _fail(futures: list[asyncio.Future[Any]], error: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
+
+
 class AsyncDistributedBrake(DistributedBase):
     """The loop brake for asyncio code; `check` is a coroutine."""
 
@@ -184,7 +231,7 @@ class AsyncDistributedBrake(DistributedBase):
         **options: Unpack[BrakeOptions],
     ) -> None:
         super().__init__(client, settings=settings, url=url, **options)
-        self._coalescer = _Coalescer(client)
+        self._coalescer = _Coalescer(client, self.settings.timeout_seconds)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @staticmethod
@@ -214,6 +261,9 @@ class AsyncDistributedBrake(DistributedBase):
         key, argv = self.encode(call)
         try:
             reply = await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
+        except QueueTimeout as error:  # queued behind the brake's own work: not Redis's failure
+            self.failures.health.abandoned(ticket)
+            return self.failures.decide(call, error)
         except BACKEND_ERRORS as error:
             return self.without_redis(call, error, ticket)
         except BaseException:  # cancelled by the host: a probe must not stay claimed forever
@@ -233,7 +283,7 @@ class AsyncDistributedBrake(DistributedBase):
             reset = getattr(getattr(self.client, "connection_pool", None), "reset", None)
             if callable(reset):
                 reset()
-            self._coalescer = _Coalescer(self.client)
+            self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds)
         self._loop = loop
 
     # -- operations -------------------------------------------------------------------

@@ -65,6 +65,8 @@ class DistributedBase(GuardMixin, BrakeCore):
             )
         self.failures = FailureHandler(self, self.backend)
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
+        # A call id seen again within the timeout is a retry or a second seam; later, a new call.
+        self._window_ms = max(1, round(self.settings.timeout_seconds * 1000))
 
     def __repr__(self) -> str:
         return (
@@ -117,7 +119,7 @@ class DistributedBase(GuardMixin, BrakeCore):
         return key_pattern(self.settings.key_prefix)
 
     def encode(self, call: PreparedCall) -> tuple[str, tuple[bytes | int, ...]]:
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms)
+        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms)
 
     @staticmethod
     def queue_state_reads(pipe: Any, keys: list[Any]) -> Any:

@@ -25,10 +25,12 @@ __all__ = [
     "decode_reply",
     "decode_state",
     "encode_call",
+    "encode_run",
     "key_pattern",
     "redis_time",
     "resp_evalsha",
     "resp_script_load",
+    "run_replies",
     "script_sha",
     "script_source",
     "session_key",
@@ -138,15 +140,38 @@ def _cut(text: str, limit: int) -> bytes:
     return _utf8(data[:limit].decode("utf-8", "ignore"))
 
 
-def encode_call(call: PreparedCall, key_prefix: str, ttl_ms: int) -> tuple[str, tuple[bytes | int, ...]]:
+def encode_call(
+    call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int
+) -> tuple[str, tuple[bytes | int, ...]]:
     """KEYS[1] and ARGV for one check (see the header of lua/brake.lua)."""
     tool = _cut(call.tool_name, TOOL_BYTES)
     return session_key(call.session_id, key_prefix), (
-        bytes.fromhex(call.digest[:32]) + _call_id_bytes(call.call_id) + ttl_ms.to_bytes(5, "big"),
+        bytes.fromhex(call.digest[:32]) + ttl_ms.to_bytes(5, "big") + _call_id_bytes(call.call_id),
         call.max_repeats,
         ttl_ms,
         bytes((len(tool),)) + tool + _cut(call.session_id, SESSION_BYTES),
+        window_ms,
     )
+
+
+CALL_HEAD = 21  # bytes of ARGV[1] before the call ids: call hash (16) and ttl (5)
+
+
+def encode_run(argvs: Sequence[tuple[bytes | int, ...]]) -> tuple[bytes | int, ...]:
+    """The ARGV of a run: several `encode_call` ARGVs of one session and call, sent as one script call."""
+    first = argvs[0]
+    if len(argvs) == 1:
+        return first
+    calls = cast(bytes, first[0]) + b"".join(cast(bytes, argv[0])[CALL_HEAD:] for argv in argvs[1:])
+    return (calls, *first[1:])
+
+
+def run_replies(reply: object, size: int) -> list[object]:
+    """The script's reply to a run of `size` calls, as the reply each call would have had alone."""
+    if size == 1 or not isinstance(reply, int) or isinstance(reply, bool):
+        return [reply] * size
+    last, replayed = reply >> 2, reply & 1
+    return [((last - size + 1 + i) << 2) | replayed for i in range(size)]
 
 
 def decode_reply(reply: object) -> tuple[int, bool]:

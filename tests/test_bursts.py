@@ -1,0 +1,103 @@
+"""Bursts on one session (asyncio), against a real redis-server behind a proxy that adds network latency.
+
+Identical concurrent checks of one session go as one run (one script call),
+so a burst costs one round trip, counts exactly, and a lost reply for it is
+still counted once; time spent queued behind the brake's own batches is never
+taken for a Redis failure. Each test prints its figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from distbrake import AsyncDistributedBrake, LoopBrake, LoopBrakeError, Verdict
+from tests.fault_proxy import FaultProxy
+from tests.servers import RedisServer
+
+RTT = 0.005
+TIMEOUT = 0.5
+
+
+async def counts_of(brake: AsyncDistributedBrake, calls: list[dict[str, int]], session: str = "default") -> list[int]:
+    """The count each concurrent check got (negative when denied), in the order they were made."""
+    async def one(args: dict[str, int]) -> int:
+        try:
+            verdict: Verdict = await brake.check("search", args, session_id=session)
+        except LoopBrakeError as error:
+            return -error.count
+        assert verdict.decided_by == "redis", verdict.decided_by
+        return verdict.count
+
+    return list(await asyncio.gather(*(one(args) for args in calls)))
+
+
+@pytest.mark.parametrize("n", [100, 200])
+async def test_a_burst_of_one_session_is_decided_by_redis_in_one_round_trip(n: int, proxy: FaultProxy) -> None:
+    proxy.latency(RTT)
+    brake = AsyncDistributedBrake.from_url(proxy.url, max_repeats=10_000, timeout_seconds=TIMEOUT)
+    try:
+        await brake.check("warm", {}, session_id="w")
+        commands = proxy.commands
+        started = time.monotonic()
+        counts = await counts_of(brake, [{"q": 1}] * n)
+        elapsed = time.monotonic() - started
+        sent = proxy.commands - commands
+    finally:
+        await brake.aclose()
+    print(f"\n{n} concurrent identical checks of one session, {RTT * 1000:.0f} ms round trips: "
+          f"{elapsed * 1000:.1f} ms, {sent} script call(s), counts {min(counts)}..{max(counts)}")
+    assert counts == list(range(1, n + 1))
+    assert elapsed < TIMEOUT / 2
+    assert not brake.failures.health.down
+
+
+async def test_a_lost_reply_for_a_burst_is_counted_once(proxy: FaultProxy, server: RedisServer) -> None:
+    brake = AsyncDistributedBrake.from_url(proxy.url, max_repeats=3, timeout_seconds=TIMEOUT)
+    try:
+        await brake.check("warm", {}, session_id="w")
+        proxy.drop_replies(1)
+        counts = await counts_of(brake, [{"q": 1}] * 50, session="s")
+        stored = await brake.inspect("s")
+    finally:
+        await brake.aclose()
+    print(f"\n50 identical checks, the reply of their script call lost: {proxy.dropped} reply dropped, "
+          f"stored count {stored.count if stored else None}")
+    assert proxy.dropped == 1
+    assert counts == [1, 2] + [-n for n in range(3, 51)]
+    assert stored is not None and stored.count == 50
+
+
+async def test_a_burst_keeps_the_order_of_a_sessions_calls(redis_url: str) -> None:
+    """A, A, B, B, A, C, C at once counts exactly as made one by one (a session's calls are never reordered)."""
+    sequence = [{"q": q} for q in "AABBACCA"]
+    reference = LoopBrake(max_repeats=100)
+    expected = [reference.check("search", args).count for args in sequence]
+    brake = AsyncDistributedBrake.from_url(redis_url, max_repeats=100)
+    try:
+        counts = await counts_of(brake, sequence, session="ordered")
+    finally:
+        await brake.aclose()
+    assert counts == expected == [1, 2, 1, 2, 1, 1, 2, 1]
+
+
+async def test_time_queued_behind_the_brakes_own_batches_is_not_a_redis_failure(proxy: FaultProxy) -> None:
+    """200 different calls of one session go one round trip each: those that run out of time while queued are
+    decided by the policy, and Redis is never marked down."""
+    proxy.latency(RTT)
+    brake = AsyncDistributedBrake.from_url(proxy.url, timeout_seconds=0.2, on_backend_error="local")
+    try:
+        await brake.check("warm", {}, session_id="w")
+        verdicts = await asyncio.gather(*(brake.check("search", {"i": i}, session_id="s") for i in range(200)))
+        decided = [v.decided_by for v in verdicts]
+        after = await brake.check("search", {"i": "after"}, session_id="other")
+    finally:
+        await brake.aclose()
+    print(f"\n200 different calls of one session at once, {RTT * 1000:.0f} ms round trips: "
+          f"{decided.count('redis')} decided by Redis, {decided.count('fallback')} by the policy (queued "
+          "too long); Redis marked down: no")
+    assert decided.count("redis") > 0 and set(decided) <= {"redis", "fallback"}
+    assert not brake.failures.health.down
+    assert after.decided_by == "redis"
