@@ -1,9 +1,10 @@
 """A backend URL -> a redis-py client (sync or asyncio), configured for the brake.
 
 Every client built here gets the brake's timeout budget: each attempt may use
-half of `timeout_seconds` (connect and read alike) and redis-py retries a
+45% of `timeout_seconds` (connect and read alike) and redis-py retries a
 failed command once (`Retry(NoBackoff(), 1)`), so one check never waits longer
-than `timeout_seconds`. The retry is safe because every check carries a call
+than `timeout_seconds`; a Sentinel-managed client asks its sentinels within
+that budget too (see `_sentinel_kwargs`). The retry is safe because every check carries a call
 id (the host's, or a random one): a retried check that did reach Redis is
 recognised and not counted twice.
 """
@@ -52,6 +53,9 @@ _TLS_VERSIONS = {
 _PATH_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
 
 UNLIMITED = 2**31  # redis-py's max_connections when none is given
+# Each of the two attempts (the first and its one retry) may take this share of the
+# timeout, connect and read alike: two of them leave a tenth of it for the rest.
+ATTEMPT_SHARE = 0.45
 
 _memory_lock = threading.Lock()
 _memory_servers: dict[str, fakeredis.FakeServer] = {}
@@ -145,7 +149,7 @@ def _options(url: ParsedURL) -> dict[str, Any]:
 
 
 def _common(url: ParsedURL, timeout: float, retry: Any) -> dict[str, Any]:
-    attempt = timeout / 2
+    attempt = timeout * ATTEMPT_SHARE
     kwargs: dict[str, Any] = {
         "socket_timeout": attempt,
         "socket_connect_timeout": attempt,
@@ -163,11 +167,17 @@ def _common(url: ParsedURL, timeout: float, retry: Any) -> dict[str, Any]:
 
 
 def _sentinel_kwargs(url: ParsedURL, timeout: float, retry: Any) -> dict[str, Any]:
+    """The sentinels' budget: asking all of them once, twice over (the command's retry), fits the timeout.
+
+    redis-py asks the sentinels one after another to find the master, and a
+    failed command (the master not found) is retried once: so the sentinels
+    share one attempt's budget, and none gets a retry of its own
+    (without `retry`, redis-py 8 retries 10 times with backoff: seconds).
+    """
     options = url.options
-    # The sentinels get the same budget as the data nodes; without `retry`
-    # redis-py 8 retries 10 times with backoff (seconds per check).
+    share = timeout * ATTEMPT_SHARE / len(url.hosts)
     extra: dict[str, Any] = {
-        "socket_timeout": timeout / 2, "socket_connect_timeout": timeout / 2, "retry": retry,
+        "socket_timeout": share, "socket_connect_timeout": share, "retry": type(retry)(NoBackoff(), 0),
     }
     if "sentinel_password" in options:
         extra["password"] = options["sentinel_password"]

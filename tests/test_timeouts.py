@@ -1,0 +1,132 @@
+"""No check and no CLI command waits longer than `timeout_seconds` (+10%) for Redis, whatever the fault.
+
+Faults, all on this machine: a refused port; a listener whose accept queue is
+full, so new SYNs are dropped and connect hangs; a server that accepts and
+never answers (the fault proxy's black hole); a real redis-server paused with
+SIGSTOP. Each is tried on a single node, a Cluster and a Sentinel URL, sync
+and asyncio, and through the CLI. The bound is an upper bound, asserted
+once per case; each test prints what it measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from distbrake import AsyncDistributedBrake, BrakeUnavailableError, DistributedBrake
+from tests.fault_proxy import FaultProxy
+from tests.servers import HOST, RedisServer, free_port
+
+TIMEOUT = 1.0
+BOUND = TIMEOUT * 1.1
+FAULTS = ["refused", "syn-dropped", "silent", "paused"]
+SHAPES = ["redis", "redis+cluster", "redis+sentinel"]
+
+
+@contextlib.contextmanager
+def syn_hole() -> Iterator[int]:
+    """A port whose accept queue is full: the kernel drops new SYNs, so a connect hangs."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((HOST, 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):  # fill the queue (backlog 0 still queues one or two)
+            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect((HOST, port))
+            fillers.append(filler)
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        probe.settimeout(0.2)
+        with pytest.raises(OSError):  # the hole really drops: a fresh connect does not complete
+            probe.connect((HOST, port))
+        probe.close()
+        yield port
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+@contextlib.contextmanager
+def faulty_port(fault: str) -> Iterator[int]:
+    if fault == "refused":
+        yield free_port()
+    elif fault == "syn-dropped":
+        with syn_hole() as port:
+            yield port
+    elif fault == "silent":
+        with RedisServer(name="silent") as server, FaultProxy(server.address) as proxy:
+            proxy.black_hole()
+            yield proxy.port
+    else:
+        with RedisServer(name="paused") as server:
+            server.pause()
+            try:
+                yield server.port
+            finally:
+                server.resume()
+
+
+def url_for(shape: str, port: int) -> str:
+    if shape == "redis+sentinel":
+        return f"redis+sentinel://{HOST}:{port}/mymaster"
+    return f"{shape}://{HOST}:{port}"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_check_never_waits_longer_than_the_timeout(fault: str, shape: str) -> None:
+    with faulty_port(fault) as port:
+        url = url_for(shape, port)
+        sync = DistributedBrake.from_url(url, timeout_seconds=TIMEOUT, on_backend_error="closed")
+        aio = AsyncDistributedBrake.from_url(url, timeout_seconds=TIMEOUT, on_backend_error="closed")
+        took = {}
+        try:
+            for name, check in (("sync", lambda: sync.check("t", {}, session_id="s")),):
+                started = time.monotonic()
+                with pytest.raises(BrakeUnavailableError):
+                    check()
+                took[name] = time.monotonic() - started
+            started = time.monotonic()
+            with pytest.raises(BrakeUnavailableError):
+                await aio.check("t", {}, session_id="s")
+            took["async"] = time.monotonic() - started
+        finally:
+            sync.close()
+            await aio.aclose()
+    print(f"\n{fault:12} {shape:15} sync {took['sync']:.3f}s  async {took['async']:.3f}s  (timeout {TIMEOUT}s)")
+    assert took["sync"] <= BOUND and took["async"] <= BOUND, took
+
+
+def cli_seconds(*args: str) -> tuple[float, int]:
+    env = {**os.environ, "COLUMNS": "120"}
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "distbrake", *args], capture_output=True, text=True, env=env, timeout=60,
+        check=False,
+    )
+    return time.monotonic() - started, result.returncode
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_cli_command_never_waits_longer_than_the_timeout(fault: str) -> None:
+    runs = [cli_seconds("--url", "memory://", "inspect", "s") for _ in range(3)]  # start-up, no Redis
+    assert {code for _, code in runs} == {1}
+    baseline = statistics.median(took for took, _ in runs)
+    with faulty_port(fault) as port:
+        took, code = cli_seconds("--url", f"redis://{HOST}:{port}", "--timeout", str(TIMEOUT), "inspect", "s")
+    waited = took - baseline
+    print(f"\n{fault:12} distbrake inspect: {took:.3f}s, of which waiting for Redis {waited:.3f}s (exit {code})")
+    assert code == 4
+    assert waited <= BOUND
