@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from .errors import LoopBrakeError
 from .identity import call_hash, hash_prefix
+from .rules import strip_fields, warning_text
 from .session import resolve_call_id, resolve_session
 from .settings import BrakeSettings
 
@@ -45,6 +46,8 @@ class Verdict(NamedTuple):
     replayed: bool = False  # the call id was seen: counted once, same verdict
     exempt: bool = False  # the tool is exempt: nothing was counted
     decided_by: DecidedBy = "in-process"  # see DECIDED_BY
+    warning: str | None = None  # warn_at reached: when denial begins (never the arguments)
+    would_deny: bool = False  # shadow mode (enforce=False): the rules would have denied this call
 
     @property
     def denied(self) -> bool:
@@ -71,6 +74,8 @@ class PreparedCall(NamedTuple):
     session_id: str
     call_id: str | None
     max_repeats: int
+    warn_at: int | None = None
+    enforce: bool = True
 
     @property
     def hash_prefix(self) -> str:
@@ -97,31 +102,41 @@ class BrakeCore:
         call_id: object = None,
         context: object = None,
     ) -> PreparedCall | Verdict:
-        """Resolve session, call id and limit, and hash; an exempt tool gives its Verdict."""
+        """Resolve session, call id and the tool's rules, and hash; an exempt tool gives its Verdict."""
         session = session_id if type(session_id) is str else resolve_session(session_id, context)
-        limit = self.settings.limit_for(tool)
-        if limit is None:
+        rules = self.settings.rules_for(tool)
+        if rules is None:
             return Verdict(0, 0, "", session, tool, exempt=True, decided_by="exempt")
+        if rules.ignore_fields:
+            args = strip_fields(args, rules.ignore_fields)
         digest = call_hash(tool, args)  # also refuses a tool name that is not a str
-        if call_id is None and context is None:
-            return PreparedCall(tool, digest, session, None, limit)
-        return PreparedCall(tool, digest, session, resolve_call_id(call_id, context), limit)
+        found = None if call_id is None and context is None else resolve_call_id(call_id, context)
+        return PreparedCall(tool, digest, session, found, rules.max_repeats, rules.warn_at, rules.enforce)
 
     def judge(
         self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy
     ) -> Verdict:
-        """The verdict for `count`; raises `LoopBrakeError` when it reaches the limit."""
+        """The verdict for `count`; raises `LoopBrakeError` when it reaches the limit (and enforces)."""
         if count >= call.max_repeats:
             logger.warning(
-                'loop brake denied tool "%s" in session %r (call %s, count %d, limit %d)',
+                'loop brake %s tool "%s" in session %r (call %s, count %d, limit %d)',
+                "denied" if call.enforce else "would deny (shadow mode, not enforced)",
                 call.tool_name[:64], call.session_id[:128], call.hash_prefix, count, call.max_repeats,
             )
-            raise LoopBrakeError(
-                call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id
+            if call.enforce:
+                raise LoopBrakeError(
+                    call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id
+                )
+            return Verdict(
+                count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
+                replayed=replayed, decided_by=decided_by, would_deny=True,
             )
+        warning = None
+        if call.warn_at is not None and count >= call.warn_at and call.enforce:
+            warning = warning_text(call.tool_name, count, call.max_repeats, call.hash_prefix)
         return Verdict(
             count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
-            replayed=replayed, decided_by=decided_by,
+            replayed=replayed, decided_by=decided_by, warning=warning,
         )
 
 

@@ -8,6 +8,8 @@
     │   └── InvalidURLError         a backend URL that cannot be used
     ├── UnsupportedArgumentsError (TypeError)
     │                               arguments JSON cannot express
+    ├── EventLoopError (RuntimeError)
+    │                               an async brake used from a second event loop that it cannot move to
     └── ScriptReplyError            the Redis script answered in an unknown way
 
 No exception built here ever holds a tool's arguments or a password: the
@@ -23,6 +25,7 @@ __all__ = [
     "BrakeUnavailableError",
     "ConfigurationError",
     "DistbrakeError",
+    "EventLoopError",
     "InvalidMaxRepeatsError",
     "InvalidURLError",
     "LoopBrakeError",
@@ -54,7 +57,9 @@ class LoopBrakeError(DistbrakeError):
         max_repeats: int,
         hash_prefix: str,
         session_id: str,
+        kind: str = "repeat",
     ) -> None:
+        self.kind = kind  # which rule denied: "repeat" (the Nth identical call in a row)
         self.tool_name = tool_name
         self.count = count
         self.max_repeats = max_repeats
@@ -74,14 +79,14 @@ class LoopBrakeError(DistbrakeError):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             type(self),
-            (self.tool_name, self.count, self.max_repeats, self.hash_prefix, self.session_id),
+            (self.tool_name, self.count, self.max_repeats, self.hash_prefix, self.session_id, self.kind),
         )
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(tool_name={self.tool_name!r}, count={self.count}, "
             f"max_repeats={self.max_repeats}, hash_prefix={self.hash_prefix!r}, "
-            f"session_id={self.session_id!r})"
+            f"session_id={self.session_id!r}, kind={self.kind!r})"
         )
 
 
@@ -107,6 +112,16 @@ class InvalidURLError(ConfigurationError):
 
 class UnsupportedArgumentsError(DistbrakeError, TypeError):
     """Arguments contain a value JSON cannot express; names the type, never the value."""
+
+
+class EventLoopError(DistbrakeError, RuntimeError):
+    """An `AsyncDistributedBrake` was used from an event loop while its connections belong to another.
+
+    The brake moves by itself to a new loop once the old one has ended (each
+    `asyncio.run` in turn); this is raised only when it cannot: the old loop
+    still runs (in another thread), or a Redis Cluster client the caller built
+    still holds the old loop's connections. The message says what to do.
+    """
 
 
 class ScriptReplyError(DistbrakeError):

@@ -11,7 +11,6 @@ URL is parsed once, into `BrakeSettings.parsed_url`.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -21,6 +20,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_va
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import ConfigurationError, InvalidMaxRepeatsError
+from .rules import Rules, ToolRules, normalize_max_repeats, positive_int
 from .urls import ParsedURL, parse_url, redact_url
 
 __all__ = [
@@ -55,38 +55,9 @@ class BrakeOptions(TypedDict, total=False):
     retry_after_seconds: float | None
     tool_max_repeats: Mapping[str, int] | None
     exempt_tools: Iterable[str] | None
-
-
-def normalize_max_repeats(value: object, source: str = "max_repeats") -> int:
-    """Return `value` as an int >= 1, or raise `InvalidMaxRepeatsError` naming `source`.
-
-    Accepted: an int >= 1, an integral float (`5.0` is 5), or a string holding
-    one (as environment variables do). Refused: bools, 0, negatives, `2.5`,
-    NaN, infinities, `None`, anything else.
-    """
-    number: float | int | None = None
-    if isinstance(value, bool) or value is None:
-        number = None
-    elif isinstance(value, int):
-        number = value
-    elif isinstance(value, float):
-        number = value if math.isfinite(value) and value.is_integer() else None
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            number = int(text, 10)
-        except ValueError:
-            try:
-                as_float = float(text)
-            except ValueError:
-                as_float = math.nan
-            number = as_float if math.isfinite(as_float) and as_float.is_integer() else None
-    if number is None or number < 1:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise InvalidMaxRepeatsError(
-            f"invalid max_repeats {shown} from {source}: must be an integer >= 1"
-        )
-    return int(number)
+    warn_at: int | None
+    enforce: bool | None
+    tools: Mapping[str, ToolRules | Mapping[str, Any]] | None
 
 
 def resolve_max_repeats(
@@ -142,7 +113,16 @@ class BrakeSettings(BaseSettings):
         default_factory=dict, description="Per-tool limits overriding max_repeats.",
     )
     exempt_tools: frozenset[str] = Field(
-        default_factory=frozenset, description="Tools the brake never checks.",
+        default_factory=frozenset, description="Tools the brake never checks (an alias of tools[...].exempt).",
+    )
+    warn_at: int | None = Field(
+        default=None, description="From this count on, an allowed call carries a warning (1 <= warn_at < max_repeats).",
+    )
+    enforce: bool = Field(
+        default=True, description="False: shadow mode, a call the rules would deny runs and is reported.",
+    )
+    tools: dict[str, ToolRules] = Field(
+        default_factory=dict, description="Per-tool rules: max_repeats, warn_at, enforce, ignore_fields, exempt.",
     )
 
     @field_validator("max_repeats", mode="before")
@@ -162,6 +142,20 @@ class BrakeSettings(BaseSettings):
             limits[tool] = normalize_max_repeats(limit, f"tool_max_repeats[{tool!r}]")
         return limits
 
+    @field_validator("warn_at", mode="before")
+    @classmethod
+    def _check_warn_at(cls, value: object) -> int | None:
+        return None if value is None else positive_int(value, "warn_at")
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _check_tool_names(cls, value: object) -> object:
+        if not isinstance(value, Mapping):
+            raise ValueError('must be a mapping of tool name to its rules, e.g. {"search": {"warn_at": 2}}')  # noqa: TRY004
+        if not all(isinstance(tool, str) for tool in value):
+            raise ValueError("tool names must be strings")
+        return value
+
     @field_validator("key_prefix")
     @classmethod
     def _check_prefix(cls, value: str) -> str:
@@ -171,13 +165,42 @@ class BrakeSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _check_tools(self) -> BrakeSettings:
+    def _resolve_rules(self) -> BrakeSettings:
+        """Each tool's `Rules`, checked as a whole (messages start with the field they concern)."""
         both = sorted(self.exempt_tools & self.tool_max_repeats.keys())
         if both:
-            raise ValueError(f"tools both exempt and given a limit: {both}")
+            raise ValueError(f"exempt_tools|tools both exempt and given a limit: {both}")
+        if self.warn_at is not None and self.warn_at >= self.max_repeats:
+            raise ValueError(f"warn_at|{self.warn_at} must be below max_repeats ({self.max_repeats})")
+        rules: dict[str, Rules | None] = {}
+        for tool in sorted({*self.tools, *self.tool_max_repeats, *self.exempt_tools}):
+            rules[tool] = self._rules_of(tool, self.tools.get(tool, ToolRules()))
+        self._rules = rules
+        self._default_rules = Rules(self.max_repeats, self.warn_at, self.enforce)
         return self
 
+    def _rules_of(self, tool: str, given: ToolRules) -> Rules | None:
+        where = f"tools|tools[{tool!r}]"
+        alias = self.tool_max_repeats.get(tool)
+        if alias is not None and given.max_repeats is not None and alias != given.max_repeats:
+            raise ValueError(f"{where} max_repeats {given.max_repeats} disagrees with tool_max_repeats ({alias})")
+        if given.exempt or tool in self.exempt_tools:
+            if given.max_repeats is not None or alias is not None or given.warn_at is not None:
+                raise ValueError(f"{where} is exempt and also given a limit or warn_at")
+            return None
+        limit = given.max_repeats or alias or self.max_repeats
+        warn_at = given.warn_at
+        if warn_at is not None and warn_at >= limit:
+            raise ValueError(f"{where}.warn_at {warn_at} must be below the tool's max_repeats ({limit})")
+        if warn_at is None and self.warn_at is not None and self.warn_at < limit:
+            warn_at = self.warn_at  # inherited only where it is below the tool's own limit
+        enforce = self.enforce if given.enforce is None else given.enforce
+        paths = tuple(tuple(path.split(".")) for path in given.ignore_fields)
+        return Rules(limit, warn_at, enforce, paths)
+
     _parsed_url: ParsedURL | None = PrivateAttr(default=None)
+    _rules: dict[str, Rules | None] = PrivateAttr(default_factory=dict)
+    _default_rules: Rules = PrivateAttr(default=Rules(DEFAULT_MAX_REPEATS))
 
     @property
     def parsed_url(self) -> ParsedURL:
@@ -191,11 +214,14 @@ class BrakeSettings(BaseSettings):
         """The backend URL as it may be shown: password redacted, the default filled in."""
         return redact_url(DEFAULT_URL if self.url is None else self.url)
 
+    def rules_for(self, tool: str) -> Rules | None:
+        """What a check of `tool` is judged by, or None when the tool is exempt."""
+        return self._rules.get(tool, self._default_rules) if self._rules else self._default_rules
+
     def limit_for(self, tool: str) -> int | None:
         """The limit for `tool`, or None when the tool is exempt."""
-        if tool in self.exempt_tools:
-            return None
-        return self.tool_max_repeats.get(tool, self.max_repeats)
+        rules = self.rules_for(tool)
+        return None if rules is None else rules.max_repeats
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
@@ -238,26 +264,36 @@ def _field_of(location: str) -> str:
     )
 
 
+def _location_name(field: str, location: tuple[int | str, ...]) -> str:
+    """`tools['search'].warn_at` for an error inside one tool's rules, else the field."""
+    if field != "tools" or len(location) < 2:
+        return field
+    return f"tools[{location[1]!r}]" + "".join(f".{part}" for part in location[2:])
+
+
 def _raise_configuration_error(error: ValidationError, given: Mapping[str, object]) -> None:
     problems = []
     limit_error = False
     for item in error.errors(include_input=False, include_url=False):
+        message = str(item["msg"]).removeprefix("Value error, ")
         field = _field_of(str(item["loc"][0])) if item["loc"] else "settings"
+        if field == "settings" and "|" in message.split(" ", 1)[0]:  # a check of the settings as a whole
+            field, message = message.split("|", 1)
         if field == "settings":
             source = "the settings as a whole"
         elif field in given:
             source = f"argument {field}"
         else:
             source = f"environment variable {_variable_in_use(field)}"
-        message = str(item["msg"]).removeprefix("Value error, ")
+        name = _location_name(field, item["loc"])
         if field == "max_repeats":
             limit_error = True
             problems.append(message.replace("from max_repeats", f"from {source}"))
-        elif field == "tool_max_repeats" and message.startswith("invalid max_repeats"):
+        elif field in ("tool_max_repeats", "tools") and message.startswith("invalid max_repeats"):
             limit_error = True
-            problems.append(f"{message} (in {source})")
+            problems.append(f"{message} (in {name}, {source})")
         else:
-            problems.append(f"invalid {field} from {source}: {message}")
+            problems.append(f"invalid {name} from {source}: {message}")
     text = "; ".join(problems)
     raise (InvalidMaxRepeatsError(text) if limit_error else ConfigurationError(text)) from None
 

@@ -1,0 +1,158 @@
+"""The rules a tool's checks are judged by: its limit, warn-before-deny, shadow mode, declared identity.
+
+All are exact (counts and hashes, never similarity) and off by default, so
+the seed's rule is unchanged unless a user opts in:
+
+* `max_repeats`: deny the Nth identical call in a row (per tool or global);
+* `warn_at`: from this count on, an allowed call carries `Verdict.warning`,
+  a text (no arguments) that says when denial begins;
+* `enforce=False` (shadow mode): a call the rules would deny runs; its verdict
+  says `would_deny=True` and a warning is logged; counting is unchanged;
+* `ignore_fields`: dotted paths removed from the arguments before hashing, so
+  a loop whose only change is a nonce or a timestamp is caught;
+* `exempt`: the tool is never checked or counted.
+
+`ToolRules` is what a user writes per tool (`BrakeSettings.tools`); `Rules`
+is what one tool's checks are judged by once the global settings are
+applied (`BrakeSettings.rules_for`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from .errors import InvalidMaxRepeatsError
+
+__all__ = ["Rules", "ToolRules", "normalize_max_repeats", "strip_fields", "warning_text"]
+
+
+def normalize_max_repeats(value: object, source: str = "max_repeats") -> int:
+    """Return `value` as an int >= 1, or raise `InvalidMaxRepeatsError` naming `source`.
+
+    Accepted: an int >= 1, an integral float (`5.0` is 5), or a string holding
+    one (as environment variables do). Refused: bools, 0, negatives, `2.5`,
+    NaN, infinities, `None`, anything else.
+    """
+    number: float | int | None = None
+    if isinstance(value, bool) or value is None:
+        number = None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        number = value if math.isfinite(value) and value.is_integer() else None
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            number = int(text, 10)
+        except ValueError:
+            try:
+                as_float = float(text)
+            except ValueError:
+                as_float = math.nan
+            number = as_float if math.isfinite(as_float) and as_float.is_integer() else None
+    if number is None or number < 1:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise InvalidMaxRepeatsError(
+            f"invalid max_repeats {shown} from {source}: must be an integer >= 1"
+        )
+    return int(number)
+
+
+def positive_int(value: object, what: str) -> int:
+    """`value` as an int >= 1 (a string of digits too, as variables give), else `ValueError` naming `what`."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be an integer >= 1")
+    return value
+
+
+class ToolRules(BaseModel):
+    """One tool's rules, as a user writes them (`tools={"search": {"warn_at": 2}}`); unset = the global one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_repeats: int | None = None
+    warn_at: int | None = None
+    enforce: bool | None = None
+    ignore_fields: tuple[str, ...] = ()
+    exempt: bool = False
+
+    @field_validator("max_repeats", mode="before")
+    @classmethod
+    def _check_limit(cls, value: object) -> int | None:
+        return None if value is None else normalize_max_repeats(value, "the tool's max_repeats")
+
+    @field_validator("warn_at", mode="before")
+    @classmethod
+    def _check_warn_at(cls, value: object) -> int | None:
+        return None if value is None else positive_int(value, "warn_at")
+
+    @field_validator("ignore_fields", mode="before")
+    @classmethod
+    def _check_paths(cls, value: object) -> tuple[str, ...]:
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise ValueError('must be a list of dotted paths, e.g. ["request_id", "meta.nonce"]')  # noqa: TRY004
+        for path in value:
+            if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
+                raise ValueError(f"{path!r} is not a dotted path (names separated by single dots)")
+        return tuple(value)
+
+
+class Rules(NamedTuple):
+    """What the checks of one tool are judged by (`BrakeSettings.rules_for`)."""
+
+    max_repeats: int
+    warn_at: int | None = None
+    enforce: bool = True
+    ignore_fields: tuple[tuple[str, ...], ...] = ()
+
+
+def strip_fields(args: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
+    """`args` without the fields at `paths` (a copy: the caller's arguments are untouched).
+
+    A path that is absent, or that meets something other than an object on
+    the way, removes nothing.
+    """
+    if not paths or not isinstance(args, Mapping):
+        return args
+    stripped = dict(args)
+    for path in paths:
+        _remove(stripped, path)
+    return stripped
+
+
+def _remove(node: dict[Any, Any], path: tuple[str, ...]) -> None:
+    head, rest = path[0], path[1:]
+    if head not in node:
+        return
+    if not rest:
+        del node[head]
+        return
+    child = node[head]
+    if isinstance(child, Mapping):
+        node[head] = copied = dict(child)
+        _remove(copied, rest)
+
+
+def warning_text(tool: str, count: int, max_repeats: int, hash_prefix: str) -> str:
+    """The warning of an allowed call at `count` (in the error's style, never the arguments)."""
+    shown = tool if len(tool) <= 64 else tool[:64] + "\u2026"
+    if count + 1 >= max_repeats:
+        when = "the next identical call will be denied"
+    else:
+        when = f"identical calls will be denied from the {_ordinal(max_repeats)} in a row"
+    return (
+        f'loop brake: tool "{shown}" called {count} times in a row with identical arguments '
+        f"(call {hash_prefix[:12]}\u2026, limit {max_repeats}); {when}. Change the arguments, "
+        "call a different tool, or stop."
+    )
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -1,0 +1,225 @@
+"""The opt-in rules (issue 10, part one): warn before deny, shadow mode, declared identity, per-tool rules.
+
+Written once and run on every brake (`tests.backends.ALL_BRAKES`), plus a
+hypothesis test that drives random call sequences through a small pure
+reference model and through every brake kind and requires identical
+verdicts, counts, warnings and would-deny flags.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distbrake import (
+    BrakeSettings,
+    ConfigurationError,
+    InvalidMaxRepeatsError,
+    LoopBrake,
+    LoopBrakeError,
+    Verdict,
+    call_hash,
+)
+from tests.backends import ALL_BRAKES, Brakes, Checker
+
+WARNING_2_OF_3 = (
+    'loop brake: tool "search" called 2 times in a row with identical arguments (call {prefix}\u2026, '
+    "limit 3); the next identical call will be denied. Change the arguments, call a different tool, or stop."
+)
+
+
+@pytest.fixture(params=ALL_BRAKES)
+def make(request: pytest.FixtureRequest, brakes: Brakes) -> Callable[..., Checker]:
+    build = brakes.of(request.param)
+    return lambda **options: Checker(build(**options))
+
+
+async def outcome(brake: Checker, tool: str, args: Any, **kw: Any) -> tuple[int, str | None, bool]:
+    """(count, negative when denied; the warning; would_deny)."""
+    try:
+        verdict: Verdict = await brake.check(tool, args, **kw)
+    except LoopBrakeError as error:
+        assert error.kind == "repeat"
+        return -error.count, None, False
+    return verdict.count, verdict.warning, verdict.would_deny
+
+
+async def test_warn_then_deny(make: Callable[..., Checker]) -> None:
+    brake = make(warn_at=2)
+    args = {"q": "weather"}
+    prefix = call_hash("search", args)[:12]
+    assert await outcome(brake, "search", args, session_id="s") == (1, None, False)
+    assert await outcome(brake, "search", args, session_id="s") == (2, WARNING_2_OF_3.format(prefix=prefix), False)
+    assert await outcome(brake, "search", args, session_id="s") == (-3, None, False)
+
+
+async def test_the_warning_says_when_denial_begins(make: Callable[..., Checker]) -> None:
+    brake = make(max_repeats=5, warn_at=2)
+    got = [await outcome(brake, "search", {}, session_id="s") for _ in range(4)]
+    assert [count for count, _, _ in got] == [1, 2, 3, 4]
+    assert got[0][1] is None
+    assert got[1][1] is not None and "identical calls will be denied from the 5th in a row" in got[1][1]
+    assert got[3][1] is not None and "the next identical call will be denied" in got[3][1]
+
+
+async def test_shadow_mode_never_denies_and_reports_would_deny(
+    make: Callable[..., Checker], caplog: pytest.LogCaptureFixture
+) -> None:
+    brake = make(enforce=False, warn_at=2)
+    with caplog.at_level(logging.WARNING, logger="distbrake"):
+        got = [await outcome(brake, "search", {"secret": "hunter2"}, session_id="s") for _ in range(4)]
+    # counted exactly as when enforcing; no warning is shown to the model in shadow mode
+    assert got == [(1, None, False), (2, None, False), (3, None, True), (4, None, True)]
+    assert sum("would deny" in r.getMessage() for r in caplog.records) == 2
+    assert all("hunter2" not in r.getMessage() for r in caplog.records)
+
+
+async def test_per_tool_rules(make: Callable[..., Checker]) -> None:
+    brake = make(warn_at=2, tools={
+        "poll": {"max_repeats": 5},  # inherits warn_at 2 (below its limit)
+        "tiny": {"max_repeats": 2},  # its limit is 2: the global warn_at 2 is not below it, not inherited
+        "shadowed": {"enforce": False},
+        "heartbeat": {"exempt": True},
+    })
+    assert [(await outcome(brake, "poll", {}, session_id="a"))[:2][0] for _ in range(5)] == [1, 2, 3, 4, -5]
+    assert [await outcome(brake, "tiny", {}, session_id="b") for _ in range(2)] == [(1, None, False), (-2, None, False)]
+    assert [(await outcome(brake, "shadowed", {}, session_id="c"))[2] for _ in range(3)] == [False, False, True]
+    verdict = await brake.check("heartbeat", {}, session_id="d")
+    assert verdict.exempt and verdict.decided_by == "exempt"
+
+
+async def test_ignore_fields_catches_a_nonce_loop(make: Callable[..., Checker]) -> None:
+    brake = make(tools={"fetch": {"ignore_fields": ["request_id", "meta.nonce"]}})
+    calls = [{"url": "u", "request_id": i, "meta": {"nonce": f"n{i}", "page": 1}} for i in range(3)]
+    assert [(await outcome(brake, "fetch", args, session_id="s"))[0] for args in calls] == [1, 2, -3]
+    # a field that is not named still counts: page 2 is another call
+    assert (await outcome(brake, "fetch", {"url": "u", "meta": {"page": 2}}, session_id="s"))[0] == 1
+    # other tools hash exactly as before (the Node vectors are unchanged)
+    other = await brake.check("search", {"request_id": 1}, session_id="t")
+    assert other.hash_prefix == call_hash("search", {"request_id": 1})[:12]
+
+
+def test_ignore_fields_leaves_the_callers_arguments_alone() -> None:
+    brake = LoopBrake(tools={"fetch": {"ignore_fields": ["meta.nonce", "absent.path", "url.not_an_object"]}})
+    args = {"url": "u", "meta": {"nonce": 1}}
+    brake.check("fetch", args)
+    assert args == {"url": "u", "meta": {"nonce": 1}}
+    assert brake.check("fetch", {"url": "u", "meta": {"nonce": 2}}).count == 2
+    with pytest.raises(LoopBrakeError):  # the nonce absent is the same call too
+        brake.check("fetch", {"url": "u", "meta": {}})
+
+
+def test_error_kind_survives_pickling() -> None:
+    error = LoopBrakeError("search", 3, 3, "9f2c1a7b3e04", "s")
+    assert error.kind == "repeat"
+    assert pickle.loads(pickle.dumps(error)).kind == "repeat"
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"warn_at": 3}, ["warn_at", "argument warn_at", "below max_repeats"]),
+    ({"warn_at": 0}, ["warn_at", "argument warn_at", ">= 1"]),
+    ({"tools": {"search": {"warn_at": 5, "max_repeats": 5}}}, ["tools['search'].warn_at", "argument tools"]),
+    ({"tools": {"search": {"max_repeats": 0}}}, ["max_repeats", "argument tools"]),
+    ({"tools": {"search": {"exempt": True, "max_repeats": 4}}}, ["tools['search']", "exempt"]),
+    ({"tools": {"search": {"ignore_fields": ["a..b"]}}}, ["ignore_fields", "argument tools"]),
+    ({"tools": {"search": {"typo": 1}}}, ["typo", "argument tools"]),
+    ({"tools": {"search": {"max_repeats": 4}}, "tool_max_repeats": {"search": 5}}, ["disagrees"]),
+])
+def test_bad_rules_fail_at_build_naming_tool_field_and_source(options: dict[str, Any], words: list[str]) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        LoopBrake(**options)
+    for word in words:
+        assert word in str(caught.value), (word, str(caught.value))
+
+
+def test_rules_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTBRAKE_WARN_AT", "2")
+    monkeypatch.setenv("DISTBRAKE_ENFORCE", "false")
+    monkeypatch.setenv("DISTBRAKE_TOOLS", json.dumps({"get_job_status": {"max_repeats": 30, "enforce": True}}))
+    settings_ = BrakeSettings()
+    assert (settings_.warn_at, settings_.enforce) == (2, False)
+    rules = settings_.rules_for("get_job_status")
+    assert rules is not None and (rules.max_repeats, rules.enforce, rules.warn_at) == (30, True, 2)
+    monkeypatch.setenv("DISTBRAKE_TOOLS", json.dumps({"search": {"warn_at": 9}}))
+    with pytest.raises(ConfigurationError, match="environment variable DISTBRAKE_TOOLS"):
+        LoopBrake()
+    monkeypatch.setenv("DISTBRAKE_TOOLS", json.dumps({"search": {"max_repeats": -1}}))
+    with pytest.raises(InvalidMaxRepeatsError, match="DISTBRAKE_TOOLS"):
+        LoopBrake()
+
+
+# -- the reference model -------------------------------------------------------------------
+
+
+class Model:
+    """The rules in a few lines: one record per session (hash, count, last two call ids)."""
+
+    def __init__(self, settings_: BrakeSettings) -> None:
+        self.settings = settings_
+        self.records: dict[str, tuple[str, int, str | None, str | None]] = {}
+
+    def check(self, tool: str, args: Any, session: str, call_id: str | None) -> tuple[int, str | None, bool]:
+        rules = self.settings.rules_for(tool)
+        if rules is None:
+            return 0, None, False
+        if rules.ignore_fields and isinstance(args, dict):
+            args = {k: v for k, v in args.items() if (k,) not in rules.ignore_fields}
+        digest = call_hash(tool, args)
+        last = self.records.get(session)
+        if last is not None and last[0] == digest:
+            if call_id is not None and call_id in (last[2], last[3] if last[1] > 1 else None):
+                count = last[1] if call_id == last[2] else last[1] - 1
+                return self.judge(tool, digest, count, rules)
+            count = last[1] + 1
+            self.records[session] = (digest, count, call_id, last[2])
+        else:
+            count = 1
+            self.records[session] = (digest, 1, call_id, None)
+        return self.judge(tool, digest, count, rules)
+
+    def judge(self, tool: str, digest: str, count: int, rules: Any) -> tuple[int, str | None, bool]:
+        if count >= rules.max_repeats:
+            return (-count, None, False) if rules.enforce else (count, None, True)
+        if rules.warn_at is not None and count >= rules.warn_at and rules.enforce:
+            from distbrake.rules import warning_text
+
+            return count, warning_text(tool, count, rules.max_repeats, digest[:12]), False
+        return count, None, False
+
+
+TOOLS = {
+    "a": {},
+    "b": {"max_repeats": 4, "warn_at": 2},
+    "c": {"enforce": False},
+    "d": {"ignore_fields": ["nonce"]},
+    "e": {"exempt": True},
+}
+CALL = st.tuples(
+    st.sampled_from(sorted(TOOLS)),
+    st.fixed_dictionaries({"q": st.integers(0, 1)}, optional={"nonce": st.integers(0, 3)}),
+    st.sampled_from(["s1", "s2"]),
+    st.one_of(st.none(), st.sampled_from(["c1", "c2", "c3"])),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(CALL, max_size=14), warn_at=st.sampled_from([None, 2]))
+async def test_every_brake_agrees_with_the_reference_model(
+    make: Callable[..., Checker], calls: list[tuple[str, dict[str, int], str, str | None]], warn_at: int | None
+) -> None:
+    options: dict[str, Any] = {"tools": TOOLS, "warn_at": warn_at, "max_repeats": 3, "timeout_seconds": 5.0}
+    brake = make(**options)
+    for session in ("s1", "s2"):
+        await brake.clear(session)
+    model = Model(BrakeSettings(**options))
+    for tool, args, session, call_id in calls:
+        expected = model.check(tool, args, session, call_id)
+        got = await outcome(brake, tool, args, session_id=session, call_id=call_id)
+        assert got == expected, (tool, args, session, call_id)
