@@ -147,7 +147,8 @@ def test_check_inspect_list_clear_on_a_real_server(redis_url: str) -> None:
     assert verdict["allowed"] is True and verdict["count"] == 2 and verdict["limit"] == 3
     assert verdict["hash_prefix"] == call_hash("search", {"q": "paris"})[:12]
     assert set(verdict) == {"allowed", "count", "limit", "hash_prefix", "session_id", "tool_name",
-                            "replayed", "exempt", "decided_by", "message"}
+                            "replayed", "exempt", "decided_by", "message", "dry_run"}
+    assert verdict["dry_run"] is False
 
     denied = run("--url", redis_url, "check", "search", '{"q": "paris"}', "--session", "stuck")
     assert denied.returncode == 3
@@ -388,8 +389,9 @@ def test_demo_on_redis_uses_processes(redis_url: str) -> None:
 def test_bench_memory_figure_on_real_redis_and_skipped_on_memory(redis_url: str) -> None:
     result = run("--url", redis_url, "bench", "--quick", "--sessions", "500", "--json",
                  "--only", "memory_per_session", "--only", "sync_check_latency")
-    assert result.returncode == 0, result.stderr
     report = as_json(result)
+    # A loaded machine may miss a target: then the exit code says so (5), never 0.
+    assert result.returncode == (0 if report["passed"] else 5), result.stderr
     figures = {f["key"]: f for f in report["figures"]}
     assert set(figures) == {"memory_per_session", "sync_check_latency"}
     memory = figures["memory_per_session"]

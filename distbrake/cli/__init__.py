@@ -1,9 +1,10 @@
 """The `distbrake` command line: the console script `main`, and the command group with its global options.
 
-    distbrake [--url URL] [--timeout S] [--key-prefix P] [--max-repeats N] COMMAND ...
+    distbrake [--url URL] [--timeout S] [--key-prefix P] [--max-repeats N] [--json] COMMAND ...
 
-Commands: inspect, list, clear, hash, check, doctor, bench, demo. Every
-command that reports takes `--json` (before or after the command name).
+Commands: inspect, list, clear, hash, check, doctor, bench, demo. The global
+options may also follow the command name (`distbrake list --url ... --json`);
+given on both sides, the one after the command wins.
 
 Exit codes (stable):
 
@@ -13,6 +14,7 @@ Exit codes (stable):
     3  denied (check: the call would be the Nth identical one in a row)
     4  backend unreachable or misconfigured (connection, timeout, credentials,
        permissions, a bad URL or setting; doctor: something is wrong)
+    5  bench: a figure missed its target (or could not be measured)
     70 internal error (a bug: please report it)
 
 Errors are one line on stderr (with --json, also `{"error": {...}}` on
@@ -32,7 +34,7 @@ import sys
 import click
 
 from .. import __version__
-from .app import App
+from .app import App, global_options
 from .bench import bench_command
 from .calls import check_command, hash_command
 from .demo import demo_command
@@ -43,18 +45,8 @@ from .sessions import clear_command, inspect_command, list_command
 __all__ = ["EXIT_CODES", "App", "CliError", "cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--url", metavar="URL", default=None,
-              help="Backend URL (default: $DISTBRAKE_URL, else memory://). Passwords are never shown.")
-@click.option("--timeout", "timeout", metavar="SECONDS", default=None,
-              type=click.FloatRange(0, 60, min_open=True),
-              help="Longest wait for Redis, per operation (default: $DISTBRAKE_TIMEOUT_SECONDS, "
-                   "else 0.5).")
-@click.option("--key-prefix", metavar="PREFIX", default=None,
-              help="Key prefix of the brake (default: $DISTBRAKE_KEY_PREFIX, else distbrake).")
-@click.option("--max-repeats", metavar="N", default=None, type=click.IntRange(min=1),
-              help="The limit to judge streaks by (default: $DISTBRAKE_MAX_REPEATS, else 3).")
-@click.option("--json", "as_json", is_flag=True, help="JSON output for the command.")
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             params=global_options(after_command=False))
 @click.version_option(__version__, "-V", "--version", prog_name="distbrake",
                       message="%(prog)s %(version)s")
 @click.pass_context
@@ -66,10 +58,13 @@ def cli(
 
     \b
     Exit codes: 0 ok/allowed, 1 not found, 2 usage, 3 denied,
-    4 backend unreachable or misconfigured, 70 internal error.
+    4 backend unreachable or misconfigured, 5 bench target missed,
+    70 internal error.
     """
     app = ctx.ensure_object(App)  # made by `main`; a bare `cli(...)` call gets a fresh one
-    app.url, app.timeout, app.key_prefix, app.max_repeats = url, timeout, key_prefix, max_repeats
+    for name, value in (("url", url), ("timeout", timeout), ("key_prefix", key_prefix),
+                        ("max_repeats", max_repeats)):
+        app.set_option(name, value)  # a command's own --url etc. (parsed later) wins
     app.env_url = os.environ.get("DISTBRAKE_URL")
     app.want_json(as_json)
 

@@ -37,11 +37,27 @@ class App:
     json: bool = False  # --json, before or after the command name
     _settings: dict[FailurePolicy | None, BrakeSettings] = field(default_factory=dict, repr=False)
     _secrets: frozenset[str] | None = field(default=None, repr=False)
+    _urls: list[str] = field(default_factory=list, repr=False)  # every --url given: all secret
 
     def want_json(self, value: bool) -> bool:
         """Note a `--json` flag; JSON once any `--json` was given."""
         self.json = self.json or value
         return self.json
+
+    def set_option(self, name: str, value: Any) -> None:
+        """A global option's value (`url`, `timeout`, `key_prefix`, `max_repeats`); None: not given.
+
+        Given before the command and again after it, the later one wins.
+        """
+        if value is None:
+            return
+        if name not in GLOBAL_OPTION_NAMES:
+            raise ValueError(f"not a global option: {name}")
+        setattr(self, name, value)
+        if name == "url":
+            self._urls.append(value)
+        self._settings.clear()
+        self._secrets = None
 
     def given(self) -> dict[str, Any]:
         """The settings given on the command line (the "argument" source)."""
@@ -82,7 +98,7 @@ class App:
         """The passwords of --url and DISTBRAKE_URL, in every spelling a message may use."""
         if self._secrets is None:
             found: set[str] = set()
-            for url in (self.url, self.env_url):
+            for url in (self.url, self.env_url, *self._urls):
                 for secret in self._passwords(url) if url else ():
                     if len(secret) >= 3:
                         found.update({secret, unquote(secret), quote(secret, safe="")})
@@ -118,19 +134,62 @@ def _remember_json(ctx: click.Context, param: click.Parameter, value: bool) -> b
     return ctx.ensure_object(App).want_json(value)
 
 
-def command(name: str, short_help: str) -> Callable[[Callable[..., None]], click.Command]:
-    """A subcommand: its function gets the run's `App` first, and it takes `--json`.
+def _remember_option(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if param.name is not None:
+        ctx.ensure_object(App).set_option(param.name, value)
+    return value
 
-    `--json` may also be given before the command name; either way the
-    function's `as_json` is True.
+
+GLOBAL_OPTION_NAMES = ("url", "timeout", "key_prefix", "max_repeats")
+_AFTER = " Global: also before the command name (given both ways, this one wins)."
+
+
+def global_options(after_command: bool) -> list[click.Option]:
+    """--url, --timeout, --key-prefix, --max-repeats and --json: on the group, and on every command.
+
+    On the group (`after_command=False`) their values go to the group's
+    function; on a command they are stored on the run's `App` as they are
+    parsed (after the group's, so the later one wins) and the command's
+    function sees only `as_json`.
+    """
+    extra: dict[str, Any] = (
+        {"callback": _remember_option, "expose_value": False} if after_command else {})
+    tail = _AFTER if after_command else " Also accepted after the command name."
+    return [
+        click.Option(["--url", "url"], metavar="URL", default=None, **extra,
+                     help="Backend URL (default: $DISTBRAKE_URL, else memory://); passwords "
+                          "are never shown." + tail),
+        click.Option(["--timeout", "timeout"], metavar="SECONDS", default=None,
+                     type=click.FloatRange(0, 60, min_open=True), **extra,
+                     help="Longest wait for Redis, per operation (default: "
+                          "$DISTBRAKE_TIMEOUT_SECONDS, else 0.5)." + tail),
+        click.Option(["--key-prefix", "key_prefix"], metavar="PREFIX", default=None, **extra,
+                     help="Key prefix of the brake (default: $DISTBRAKE_KEY_PREFIX, else "
+                          "distbrake)." + tail),
+        click.Option(["--max-repeats", "max_repeats"], metavar="N", default=None,
+                     type=click.IntRange(min=1), **extra,
+                     help="An explicit \"what if\": the limit inspect and list judge streaks by "
+                          "(the workers count with their own), and the limit check counts with "
+                          "(default: $DISTBRAKE_MAX_REPEATS, else 3)." + tail),
+        click.Option(["--json", "as_json"], is_flag=True,
+                     callback=_remember_json if after_command else None,
+                     help="Print JSON (stable field names, see the README) instead of text."
+                          + (" Global: also before the command name." if after_command else tail)),
+    ]
+
+
+def command(name: str, short_help: str) -> Callable[[Callable[..., None]], click.Command]:
+    """A subcommand: its function gets the run's `App` first, and it takes the global options.
+
+    --url, --timeout, --key-prefix, --max-repeats and --json may be given
+    before the command name or after it (the later one wins); the function
+    gets `as_json`, True when --json was given either way, and reads the
+    rest from the `App`.
     """
 
     def decorate(function: Callable[..., None]) -> click.Command:
         made = click.command(name, short_help=short_help)(click.pass_obj(function))
-        made.params.append(click.Option(
-            ["--json", "as_json"], is_flag=True, callback=_remember_json,
-            help="Print JSON (stable field names, see the README) instead of text.",
-        ))
+        made.params.extend(global_options(after_command=True))
         return made
 
     return decorate

@@ -9,8 +9,8 @@ fails is reported as failed, and the others are still measured.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import click
@@ -29,7 +29,15 @@ from .bench_server import (
     server_cost,
     sync_check_latency,
 )
-from .output import emit_json, make_console, make_table, print_renderable, scrub
+from .output import (
+    EXIT_TARGET,
+    emit_json,
+    escape_text,
+    make_console,
+    make_table,
+    print_renderable,
+    scrub,
+)
 
 STAGES = {
     "sync_check_latency": ("sync check latency (median)", "µs", "<= 1.2x"),
@@ -70,14 +78,51 @@ def _failed(key: str, error: BaseException) -> Figure:
     return Figure(key, name, unit, None, None, None, target, False, f"failed: {why}")
 
 
+def with_target(figure: Figure, bound: float) -> Figure:
+    """`figure` judged against `bound` instead of its own target, in the same direction.
+
+    A ratio figure compares its ratio ("<= 1.2x" becomes "<= BOUNDx"); the
+    memory figure, which has no floor, compares its bytes. A figure that was
+    skipped or failed to measure stays as it is.
+    """
+    value = figure.ratio if figure.ratio is not None else figure.ours
+    if value is None or figure.passed is None:
+        return figure
+    at_most = figure.target.startswith("<=")
+    unit = "x" if figure.ratio is not None else (" B" if figure.unit == "bytes" else f" {figure.unit}")
+    target = f"{'<=' if at_most else '>='} {bound:g}{unit}"
+    return replace(figure, target=target, passed=value <= bound if at_most else value >= bound)
+
+
+def parse_targets(texts: Collection[str]) -> dict[str, float]:
+    """`--target FIGURE=BOUND` options as {figure: bound}; ValueError naming the bad one."""
+    targets: dict[str, float] = {}
+    for text in texts:
+        key, sep, number = text.partition("=")
+        if not sep or key not in STAGES:
+            raise ValueError(f"--target {text!r}: expected FIGURE=BOUND with FIGURE one of "
+                             f"{', '.join(STAGES)}")
+        try:
+            bound = float(number)
+        except ValueError:
+            bound = float("nan")
+        if not bound >= 0 or bound == float("inf"):
+            raise ValueError(f"--target {text!r}: BOUND must be a number >= 0")
+        targets[key] = bound
+    return targets
+
+
 def run_bench(
     backend: BrakeSettings, *, quick: bool = False, sessions: int | None = None,
     timeout_seconds: float = 5.0, step: Step = no_step, only: Collection[str] = (),
+    targets: Mapping[str, float] | None = None,
 ) -> BenchReport:
     """Every figure (or those named in `only`), in the order of `STAGES`, on `backend`'s URL.
 
-    `quick` is a small run (seconds, noisier figures).
+    `quick` is a small run (seconds, noisier figures); `targets` replaces the
+    bound of the figures it names (see `with_target`).
     """
+    targets = targets or {}
     if sessions is None:
         sessions = QUICK_SESSIONS if quick else DEFAULT_SESSIONS
     b, t = backend, timeout_seconds
@@ -112,9 +157,10 @@ def run_bench(
         if only and key not in only:
             continue
         try:
-            figures.append(runs[key]())
+            figure = runs[key]()
         except Exception as error:  # reported as a failed figure
-            figures.append(_failed(key, error))
+            figure = _failed(key, error)
+        figures.append(with_target(figure, targets[key]) if key in targets else figure)
     return BenchReport(backend.shown_url, quick, figures)
 
 
@@ -139,8 +185,13 @@ def _figure_value(value: float | None, unit: str) -> str:
               help="Sessions for the memory figure (default 20000; --quick 2000).")
 @click.option("--only", "only", multiple=True, metavar="FIGURE", type=click.Choice(list(STAGES)),
               help="Measure only this figure (repeatable).")
+@click.option("--target", "targets", multiple=True, metavar="FIGURE=BOUND",
+              help="Judge FIGURE against BOUND instead of its own target, in the same direction "
+                   "(a ratio; bytes for memory_per_session), e.g. sync_check_latency=1.5 "
+                   "(repeatable).")
 def bench_command(
-    app: App, *, quick: bool, sessions: int | None, only: tuple[str, ...], as_json: bool
+    app: App, *, quick: bool, sessions: int | None, only: tuple[str, ...],
+    targets: tuple[str, ...], as_json: bool,
 ) -> None:
     """Benchmark against the server at --url, as ratios to that server's own floor.
 
@@ -153,9 +204,15 @@ def bench_command(
     (e) server cost: redis-benchmark -P 16, script vs return 1   target >= 0.25x
 
     The memory figure writes N short-lived keys under a dedicated prefix and
-    clears them: run it only on a server you may fill.
+    clears them: run it only on a server you may fill. Exit 5 when a figure
+    misses its target or cannot be measured (skipped figures do not count).
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    try:
+        bounds = parse_targets(targets)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
 
     settings = app.settings()
     timeout = max(settings.timeout_seconds, 5.0)
@@ -174,13 +231,20 @@ def bench_command(
 
     with progress:
         report = run_bench(settings, quick=quick, sessions=sessions, timeout_seconds=timeout,
-                           step=step, only=only)
+                           step=step, only=only, targets=bounds)
     if as_json:
         emit_json(report.to_json())
-        return
+    else:
+        _print_report(app, report, quick)
+    if not report.passed:
+        raise click.exceptions.Exit(EXIT_TARGET)
+
+
+def _print_report(app: App, report: BenchReport, quick: bool) -> None:
     terminal = sys.stdout.isatty()
     table = make_table("figure", "ours", "floor", "ratio", "target", "result",
-                       title=f"distbrake bench ({'quick' if quick else 'full'}) on {report.backend}")
+                       title=Text(f"distbrake bench ({'quick' if quick else 'full'}) on "
+                                  f"{escape_text(report.backend)}"))
     for figure in report.figures:
         if figure.passed is None:
             result = Text("skip", style="dim" if terminal else "")
@@ -197,5 +261,9 @@ def bench_command(
     print_renderable(console, table)
     for figure in report.figures:
         if figure.note:
-            console.print(Text(f"{figure.key}: {scrub(figure.note, app.secrets)}",
+            console.print(Text(f"{figure.key}: {escape_text(scrub(figure.note, app.secrets))}",
                                style="dim" if terminal else ""))
+    failed = [f.key for f in report.figures if f.passed is False]
+    if failed:
+        console.print(Text(f"missed: {', '.join(failed)} (exit {EXIT_TARGET})",
+                           style="bold red" if terminal else ""))

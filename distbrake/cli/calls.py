@@ -12,8 +12,18 @@ from rich.text import Text
 from ..core import Verdict
 from ..errors import LoopBrakeError
 from ..identity import call_hash, hash_prefix
+from ..redis.sync import DistributedBrake
 from .app import App, command
-from .output import EXIT_DENIED, EXIT_USAGE, CliError, emit_json, make_console, memory_hint
+from .output import (
+    EXIT_DENIED,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    escape_text,
+    make_console,
+    memory_hint,
+    quote_text,
+)
 
 
 def _reject_constant(name: str) -> NoReturn:
@@ -70,7 +80,52 @@ def _check_json(outcome: Verdict | LoopBrakeError) -> dict[str, Any]:
         # on_backend_error="closed": only the Redis step (memory:// included) can deny
         "decided_by": outcome.decided_by if isinstance(outcome, Verdict) else "redis",
         "message": None if allowed else str(outcome),
+        "dry_run": False,
     }
+
+
+def _dry_run(
+    app: App, brake: DistributedBrake, tool: str, args: Any, session: str, as_json: bool
+) -> None:
+    """What `check` would answer for this call, from the stored record alone: nothing is written.
+
+    The next identical call is call `count + 1` when the record holds the same
+    call (tool and arguments: the same hash), else call 1; it is denied when
+    that reaches the limit. Exit 3 when it would be denied, else 0.
+    """
+    settings = brake.settings
+    prefix = hash_prefix(call_hash(tool, args))
+    state = brake.inspect(session)  # reads only (HMGET, PTTL, TIME)
+    limit = settings.limit_for(tool)
+    same = state is not None and state.hash_prefix == prefix
+    current = state.count if state is not None and same else 0
+    count = current + 1
+    denied = limit is not None and count >= limit
+    if limit is None:
+        verdict = f"would be allowed: tool {quote_text(tool)} is exempt"
+    elif denied:
+        verdict = f"would be denied: call {count} in a row reaches limit {limit} (call {prefix})"
+    else:
+        verdict = f"would be allowed: count {count} of limit {limit} (call {prefix})"
+    if as_json:
+        emit_json({
+            "allowed": not denied, "count": count, "limit": limit, "hash_prefix": prefix,
+            "session_id": session, "tool_name": tool, "replayed": False,
+            "exempt": limit is None, "decided_by": "dry-run",
+            "message": f"dry run: {verdict}" if denied else None,
+            "dry_run": True, "stored_count": state.count if state is not None else 0,
+            "same_call_stored": same,
+        })
+    else:
+        stored = ("no streak stored" if state is None else
+                  f"the stored streak is this call, count {state.count}" if same else
+                  f"the stored streak is another call ({escape_text(state.tool_name)}, "
+                  f"{escape_text(state.hash_prefix)}), count {state.count}")
+        make_console().print(Text(f"{escape_text(verdict)}; {stored}; dry run: nothing counted",
+                                  style="bold red" if denied and sys.stdout.isatty() else ""))
+        memory_hint(app, settings)
+    if denied:
+        raise click.exceptions.Exit(EXIT_DENIED)
 
 
 @command("check", short_help='Count one call as a worker would (exit 3 when denied).')
@@ -79,30 +134,41 @@ def _check_json(outcome: Verdict | LoopBrakeError) -> dict[str, Any]:
 @click.option("--session", "session", required=True, metavar="S", help="The session (agent) id.")
 @click.option("--call-id", "call_id", default=None, metavar="ID",
               help="The host's id of this call (a retry with the same id is counted once).")
+@click.option("--dry-run", "dry_run", is_flag=True,
+              help="Only say whether this call would be denied, from the stored streak: "
+                   "nothing is counted or written (exit 3 would be denied, 0 allowed).")
 def check_command(
-    app: App, *, tool: str, args_json: str, session: str, call_id: str | None, as_json: bool
+    app: App, *, tool: str, args_json: str, session: str, call_id: str | None, dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Count one call of TOOL with ARGS_JSON in SESSION, exactly as a worker would.
 
     Exit 0 when allowed, 3 when denied, 4 when the backend is unavailable
-    (this command never falls back to an in-process brake).
+    (this command never falls back to an in-process brake). With --dry-run
+    nothing is counted: the answer is what an identical call would get now.
     """
     args = parse_args_json(args_json)
+    if dry_run and call_id is not None:
+        raise CliError("--call-id cannot be used with --dry-run (a dry run counts nothing, so "
+                       "there is no call to replay)", EXIT_USAGE, "usage")
     with app.open(on_backend_error="closed") as brake:
+        if dry_run:
+            _dry_run(app, brake, tool, args, session, as_json)
+            return
         try:
             verdict = brake.check(tool, args, session_id=session, call_id=call_id)
         except LoopBrakeError as error:
             if as_json:
                 emit_json(_check_json(error))
             else:
-                make_console().print(Text(str(error), style="bold red"))
+                make_console().print(Text(escape_text(str(error)), style="bold red"))
                 memory_hint(app, brake.settings)
             raise click.exceptions.Exit(EXIT_DENIED) from None
     if as_json:
         emit_json(_check_json(verdict))
         return
     if verdict.exempt:
-        click.echo(f"allowed: tool {tool!r} is exempt (not counted)")
+        click.echo(f"allowed: tool {quote_text(tool)} is exempt (not counted)")
     else:
         replay = " (a replay of this call id: counted once)" if verdict.replayed else ""
         click.echo(f"allowed: count {verdict.count} of limit {verdict.max_repeats} "

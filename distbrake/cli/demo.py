@@ -10,8 +10,17 @@ from rich.console import Console
 from rich.text import Text
 
 from .app import App, command
-from .demo_plan import AGENTS, STUCK_AGENT, STUCK_TOOL, plan_calls
-from .output import EXIT_BACKEND, CliError, emit_json, make_console, make_table, print_renderable
+from .demo_plan import AGENTS, STUCK_AGENT, STUCK_TOOL, default_calls, min_calls, plan_calls
+from .output import (
+    EXIT_BACKEND,
+    EXIT_USAGE,
+    CliError,
+    emit_json,
+    escape_text,
+    make_console,
+    make_table,
+    print_renderable,
+)
 
 if TYPE_CHECKING:
     from .demo_plan import DemoOutcome, DemoReport
@@ -21,19 +30,21 @@ if TYPE_CHECKING:
 @click.option("--workers", metavar="N", default=4, show_default=True,
               type=click.IntRange(2, 32), help="Workers in the fleet (processes on Redis, "
                                               "threads on memory://).")
-@click.option("--calls", metavar="N", default=8, show_default=True, type=click.IntRange(1, 1000),
-              help="Tool calls per agent.")
+@click.option("--calls", metavar="N", default=None, type=click.IntRange(2, 1000),
+              help="Tool calls each of the 3 agents makes, so 3 x N in all; at least "
+                   "max_repeats + 1, for the stuck agent to reach the limit (default: 8, or "
+                   "max_repeats + 4 when that is more).")
 @click.option("--keep", is_flag=True,
               help="Leave the demo's sessions in the store (see them with `distbrake list`).")
 @click.option("--pace", metavar="SECONDS", default=None, type=click.FloatRange(0, 5),
               help="How long each allowed tool call runs (default: 0.05 on a terminal, else 0).")
 def demo_command(
-    app: App, *, workers: int, calls: int, keep: bool, pace: float | None, as_json: bool
+    app: App, *, workers: int, calls: int | None, keep: bool, pace: float | None, as_json: bool
 ) -> None:
     """A small fleet where one agent gets stuck repeating a call, and the brake stops it.
 
-    Three agents' calls are dealt round-robin over the workers; agent
-    "bravo" gets stuck. Each worker has its own brake; the streak is shared
+    Three agents make N calls each, dealt round-robin over the workers;
+    agent "bravo" gets stuck after its first call. Each worker has its own brake; the streak is shared
     through the store, so the denial lands on a worker that saw fewer than
     max_repeats of the identical calls itself.
     """
@@ -45,6 +56,12 @@ def demo_command(
     terminal = sys.stdout.isatty()
     console = make_console()
     limit = settings.limit_for(STUCK_TOOL) or settings.max_repeats
+    if calls is None:
+        calls = default_calls(limit)
+    elif calls < min_calls(limit):
+        raise CliError(f"--calls {calls} is too few: with max_repeats {limit} the stuck agent "
+                       f"needs at least {min_calls(limit)} calls to reach the limit",
+                       EXIT_USAGE, "usage")
     sizes = {a: len(items) for a, items in plan_calls(workers, calls, limit, "x").items()}
     progress = Progress(
         TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
@@ -63,9 +80,9 @@ def demo_command(
             if not as_json:
                 kind = ("threads (memory:// is private to one process)" if settings.parsed_url.kind == "memory"
                         else "processes")
-                console.print(Text(f"demo: {workers} worker {kind} on {app.backend}; agents "
-                                   f"{', '.join(AGENTS)} ({STUCK_AGENT} is stuck); "
-                                   f"max_repeats {limit}"))
+                console.print(Text(f"demo: {workers} worker {kind} on {escape_text(app.backend)}; "
+                                   f"agents {', '.join(AGENTS)} ({STUCK_AGENT} is stuck), "
+                                   f"{calls} calls each; max_repeats {limit}"))
                 progress.start()
             return
         if outcome is None:

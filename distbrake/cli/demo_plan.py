@@ -123,6 +123,7 @@ class DemoReport:
             "agents": self.agents,
             "stuck_agent": self.stuck_agent,
             "calls": self.calls,
+            "calls_per_agent": {a: sum(1 for o in self.outcomes if o.agent == a) for a in self.agents},
             "denied": self.denied,
             "denials": [
                 {"agent": o.agent, "seq": o.seq, "worker": o.worker, "tool": o.tool,
@@ -150,23 +151,38 @@ def _normal_call(agent: str, seq: int) -> tuple[str, dict[str, Any]]:
     return "summarize", {"doc_id": f"{agent}-{seq}", "words": 100}
 
 
+def min_calls(max_repeats: int) -> int:
+    """The fewest calls per agent that let the stuck agent reach the limit: 1 normal + max_repeats."""
+    return max_repeats + 1
+
+
+def default_calls(max_repeats: int) -> int:
+    """Calls per agent when --calls is not given: 8, or enough to show 3 denials and carry on."""
+    return max(8, max_repeats + 4)
+
+
 def plan_calls(
     workers: int, calls: int, max_repeats: int, run_id: str
 ) -> dict[str, list[DemoCall]]:
-    """Each agent's calls, in order, each dealt to worker (agent index + seq) % workers.
+    """Each agent's `calls` calls (exactly that many, every agent), in order, each dealt to
+    worker (agent index + seq) % workers.
 
-    The stuck agent makes one normal call, then `max_repeats + 2` identical
-    calls (the last three denied), then carries on normally: a denial stops
-    the loop, not the agent.
+    The stuck agent makes one normal call, then up to `max_repeats + 2`
+    identical calls (from the `max_repeats`-th on they are denied), then
+    carries on normally: a denial stops the loop, not the agent. `calls` must
+    be at least `min_calls(max_repeats)`, else the stuck agent never reaches
+    the limit (ValueError).
     """
+    if calls < min_calls(max_repeats):
+        raise ValueError(f"the demo needs at least {min_calls(max_repeats)} calls per agent "
+                         f"(max_repeats {max_repeats} + 1) for the stuck agent to be denied")
     plan: dict[str, list[DemoCall]] = {}
     harmless = max(1, min(2, max_repeats - 1))  # a repeat that stays under the limit
     for index, agent in enumerate(AGENTS):
         session = f"demo-{run_id}-{agent}"
-        stuck_from, stuck_to = 1, 1 + max_repeats + 2
-        total = max(calls, stuck_to + 1) if agent == STUCK_AGENT else calls
+        stuck_from, stuck_to = 1, 1 + min(max_repeats + 2, calls - 1)
         items: list[DemoCall] = []
-        for seq in range(total):
+        for seq in range(calls):
             stuck = agent == STUCK_AGENT and stuck_from <= seq < stuck_to
             if stuck:
                 tool, args = STUCK_TOOL, dict(STUCK_ARGS)

@@ -17,22 +17,34 @@ import redis.exceptions
 from rich.text import Text
 
 from ..errors import ConfigurationError, LoopBrakeError
-from ..redis.acl import command_name, grant_hint, needed_commands, needed_rules
+from ..redis.acl import command_name, grant_hint, needed_commands
 from ..redis.sync import DistributedBrake
 from ..redis.wire import script_source
 from ..settings import BrakeSettings, value_sources
 from .app import App, command
 from .output import (
     EXIT_BACKEND,
+    acl_rules,
     backend_problem,
     emit_json,
+    escape_text,
     make_console,
     make_table,
     one_line,
     print_renderable,
     scrub,
 )
+from .server_identity import ServerIdentity, identify_server
 from .sessions import ttl_text
+
+
+def _joined(values: Any) -> str:
+    return ", ".join(sorted(set(values)))
+
+
+def _service(app: App) -> str:
+    """The Sentinel service name of the run's URL."""
+    return app.resolved.parsed_url.path if app.resolved is not None else ""
 
 
 @dataclass
@@ -72,7 +84,8 @@ class Doctor:
     def __init__(self, app: App) -> None:
         self.app = app
         self.findings: list[Finding] = []
-        self.server: dict[str, Any] = {"mode": None, "version": None, "nodes": []}
+        self.server: dict[str, Any] = {"mode": None, "version": None, "product": None,
+                                       "described": None, "nodes": []}
         self.latency_ms: float | None = None
         self.config: dict[str, dict[str, Any]] = {}
 
@@ -102,9 +115,15 @@ class Doctor:
         try:
             brake = DistributedBrake.from_url(settings=settings.model_copy(
                 update={"on_backend_error": "closed"}))
+        except ConfigurationError as error:  # a URL option with a bad value, found when building
+            self.add("configuration", "fail", str(error),
+                     "correct the URL's option (the ?name=value part of --url or DISTBRAKE_URL)")
+            return
         except Exception as error:  # a cluster client connects when built
+            self.add("configuration", "ok", "valid (sources below)")
             self.fail_backend("connect", error)
             return
+        self.add("configuration", "ok", "valid (sources below)")
         try:
             if self.connect(brake):
                 nodes = _nodes(brake.client, self.app.backend)
@@ -125,7 +144,6 @@ class Doctor:
             elif isinstance(value, frozenset):
                 value = sorted(value)
             self.config[name] = {"value": value, "source": sources.get(name, "default")}
-        self.add("configuration", "ok", "valid (sources below)")
 
     def connect(self, brake: DistributedBrake) -> bool:
         samples = []
@@ -147,43 +165,70 @@ class Doctor:
             from importlib.metadata import version
 
             self.server.update(mode="embedded", version=f"fakeredis {version('fakeredis')}",
+                               product="fakeredis", described=f"fakeredis {version('fakeredis')}",
                                nodes=["memory"])
             self.add("server", "ok", f"embedded {self.server['version']} (in this process only: "
                      "a fleet needs a Redis URL)")
             return True
-        versions, modes, policies = set(), set(), set()
+        identities: list[ServerIdentity] = []
+        policies: set[tuple[str, int]] = set()
         for name, client in nodes:
             try:
                 server = client.info("server")
                 memory = client.info("memory")
             except redis.exceptions.NoPermissionError as error:
                 self.add("server", "warn", f"{name}: may not run INFO ({self.line(str(error))})",
-                         "optional: grant +info to see the server version and mode here")
+                         "optional: grant +info to see the server, its version and mode here")
                 self.server["nodes"] = [n for n, _ in nodes]
                 self.server["mode"] = {"cluster": "cluster", "sentinel": "sentinel"}.get(kind, "single")
                 return True
             except Exception as error:
                 self.fail_backend("server", error)
                 return False
-            versions.add(str(server.get("redis_version", "?")))
-            modes.add(str(server.get("redis_mode", "standalone")))
+            try:
+                cluster: Any = client.info("cluster")
+            except redis.exceptions.ResponseError:  # a server without INFO cluster: the mode field says
+                cluster = None
+            identities.append(identify_server(server, cluster))
             policies.add((str(memory.get("maxmemory_policy", "?")), int(memory.get("maxmemory", 0))))
-        mode = "sentinel" if kind == "sentinel" else ("cluster" if "cluster" in modes else "single")
-        self.server.update(mode=mode, version=", ".join(sorted(versions)), nodes=[n for n, _ in nodes])
-        where = f"{len(nodes)} master(s)" if mode == "cluster" else "1 node"
-        self.add("server", "ok", f"Redis {self.server['version']}, mode {mode} ({where})")
-        if kind in ("redis", "unix") and "cluster" in modes:
-            self.add("mode", "fail", "the server is a Redis Cluster node but the URL is for a single "
-                     "node: keys in other slots would fail with MOVED",
+        node_modes = {i.mode for i in identities}
+        described = ", ".join(sorted({i.name for i in identities}))
+        if "sentinel" in node_modes:
+            self.server.update(mode="sentinel-process", nodes=[n for n, _ in nodes],
+                               product=_joined(i.product for i in identities),
+                               version=_joined(i.version for i in identities), described=described)
+            self.add("mode", "fail", f"{described} at {self.app.backend} is a Sentinel process, "
+                     "not a data node: the brake cannot keep streaks there",
+                     "use redis+sentinel://host:port[,host:port...]/SERVICE (the sentinels and "
+                     "the name of the master they watch)")
+            return False
+        cluster_nodes = "cluster" in node_modes
+        mode = "sentinel" if kind == "sentinel" else ("cluster" if cluster_nodes else "single")
+        self.server.update(mode=mode, nodes=[n for n, _ in nodes],
+                           product=_joined(i.product for i in identities),
+                           version=_joined(i.version for i in identities), described=described)
+        where = {
+            "cluster": f"{len(nodes)} master(s)",
+            "sentinel": f"the master of service {_service(self.app)!r}, found through "
+                        "Sentinel",
+        }.get(mode, "1 node")
+        self.add("server", "ok", f"{described}, mode {mode} ({where})")
+        if kind in ("redis", "unix") and cluster_nodes:
+            self.add("mode", "fail", "the server is a Cluster node (INFO reports cluster mode) but "
+                     "the URL is for a single node: keys in other slots would fail with MOVED",
                      "use redis+cluster://host:port[,host:port...]")
             return False
         evicting = sorted(p for p, limit in policies if limit and p != "noeviction")
         if evicting:
             self.add("memory policy", "warn",
-                     f"maxmemory is set with policy {', '.join(evicting)}: idle streaks may be "
-                     "evicted early under memory pressure",
-                     "fine for most fleets (a looping session is never idle); use noeviction "
-                     "or more memory if every streak must live its full TTL")
+                     f"maxmemory is set with maxmemory-policy {', '.join(evicting)}: under memory "
+                     "pressure the server may evict any streak record, a looping session's too "
+                     "(every allkeys-* and volatile-* policy can: every record has a TTL, and "
+                     "LRU, LFU and TTL choices are sampled approximations); an evicted streak "
+                     "starts again at 1, so a looping agent gets up to max_repeats - 1 more calls",
+                     "if every streak must live its full TTL, set maxmemory-policy noeviction "
+                     "(only it never evicts; a full server then refuses the brake's writes and "
+                     "on_backend_error decides) or keep used_memory well below maxmemory")
         return True
 
     def script(self, nodes: list[tuple[str, Any]]) -> None:
@@ -206,6 +251,8 @@ class Doctor:
         sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
         key = brake.key("distbrake-doctor-probe")
         commands = needed_commands(key, brake.key_pattern, sha, source)
+        if brake.settings.parsed_url.db:  # redis-py selects the database on every new connection
+            commands.append(("SELECT", str(brake.settings.parsed_url.db)))
         denied: dict[str, str] = {}
         user = "default"
         for name, client in nodes:
@@ -220,7 +267,7 @@ class Doctor:
                          "this user may not run ACL WHOAMI / ACL DRYRUN, so its permissions "
                          "cannot be listed (the end-to-end check below still exercises them)",
                          "optional: grant +acl|whoami +acl|dryrun for a full report; the brake "
-                         f"needs {needed_rules()} on ~{brake.settings.key_prefix}:*")
+                         f"needs {acl_rules(brake.settings)} on ~{brake.settings.key_prefix}:*")
                 return
             except Exception as error:
                 if _unknown_command(error):
@@ -272,6 +319,8 @@ class Doctor:
             "ok": self.ok,
             "backend": self.app.backend,
             "mode": self.server["mode"],
+            "server": self.server["described"],
+            "server_product": self.server["product"],
             "server_version": self.server["version"],
             "nodes": self.server["nodes"],
             "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 3),
@@ -283,7 +332,8 @@ class Doctor:
         console = make_console()
         terminal = sys.stdout.isatty()
         styles = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
-        console.print(Text(f"distbrake doctor: {self.app.backend}", style="bold" if terminal else ""))
+        console.print(Text(f"distbrake doctor: {self.line(self.app.backend)}",
+                           style="bold" if terminal else ""))
         table = make_table("", "check", "result")
         for finding in self.findings:
             result = Text(self.line(finding.detail))
@@ -298,7 +348,8 @@ class Doctor:
             for name, item in self.config.items():
                 value = item["value"]
                 shown = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-                config.add_row(name, Text(scrub(shown, self.app.secrets)), item["source"])
+                config.add_row(name, Text(escape_text(scrub(shown, self.app.secrets))),
+                               Text(escape_text(item["source"])))
             print_renderable(console, config)
         failed = [f.name for f in self.findings if f.status == "fail"]
         if failed:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import sys
+import unicodedata
 from collections.abc import Collection
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..errors import (
 )
 from ..redis.acl import needed_rules
 from ..settings import BrakeSettings
-from ..urls import redact_url
+from ..urls import ParsedURL, redact_url
 from .app import App
 
 EXIT_OK = 0
@@ -33,6 +34,7 @@ EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_DENIED = 3
 EXIT_BACKEND = 4
+EXIT_TARGET = 5
 EXIT_INTERNAL = 70
 EXIT_CODES = {
     EXIT_OK: "ok (check: allowed)",
@@ -40,6 +42,7 @@ EXIT_CODES = {
     EXIT_USAGE: "usage error",
     EXIT_DENIED: "denied (check)",
     EXIT_BACKEND: "backend unreachable or misconfigured",
+    EXIT_TARGET: "bench: a figure missed its target or could not be measured",
     EXIT_INTERNAL: "internal error (a bug)",
 }
 
@@ -57,6 +60,49 @@ class CliError(Exception):
 
 # -- text ---------------------------------------------------------------------------------------
 
+# Characters that act on a terminal or on the layout instead of showing: C0, DEL, C1 (Cc), format
+# characters such as the bidi overrides U+202A..U+202E / U+2066..U+2069 and zero-width ones (Cf),
+# line and paragraph separators (Zl, Zp), and lone surrogates (Cs, from undecodable argv bytes).
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _unsafe(char: str) -> bool:
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
+def _escape_char(char: str) -> str:
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def escape_text(text: str) -> str:
+    """`text` safe for a terminal: every control, format or separator character shown as an escape.
+
+    C0 controls, DEL and C1 controls become `\\x1b`, `\\n`, `\\r`, `\\t`, `\\u009b`;
+    bidi overrides, zero-width and other format characters, U+2028/U+2029 and
+    lone surrogates become `\\u202e` and the like. Everything else (any printable
+    Unicode, backslashes included) is kept, so the function is idempotent and
+    may meet a text twice. Every piece of text from outside (session ids, tool
+    names, server replies, URLs, error messages) goes through it before it
+    reaches the terminal; `--json` output carries the exact text instead.
+    """
+    if text.isascii() and text.isprintable():
+        return text  # the common case: nothing to escape
+    return "".join(_escape_char(c) if _unsafe(c) else c for c in text)
+
+
+def quote_text(text: str) -> str:
+    """`text` escaped and in single quotes, for naming a session, tool or prefix in a message."""
+    return "'" + escape_text(text) + "'"
+
 
 def scrub(text: str, secrets: Collection[str]) -> str:
     """`text` with URL passwords redacted and every one of `secrets` replaced by ***."""
@@ -68,8 +114,8 @@ def scrub(text: str, secrets: Collection[str]) -> str:
 
 
 def one_line(text: str, secrets: Collection[str]) -> str:
-    """`text` scrubbed and on one line, as every message the CLI prints is."""
-    return scrub(" ".join(str(text).split()), secrets)
+    """`text` scrubbed, on one line and escaped (`escape_text`), as every message the CLI prints is."""
+    return escape_text(scrub(" ".join(str(text).split()), secrets))
 
 
 # -- rich output for people, JSON for programs -----------------------------------------------------
@@ -85,7 +131,7 @@ def make_console(stderr: bool = False) -> Console:
     )
 
 
-def make_table(*columns: str, title: str | None = None) -> Table:
+def make_table(*columns: str, title: str | Text | None = None) -> Table:
     terminal = sys.stdout.isatty()
     return Table(
         *columns, title=title, box=box.SIMPLE_HEAD if terminal else None,
@@ -105,8 +151,28 @@ def print_renderable(console: Console, renderable: Any) -> None:
     console.file.write("".join(line.rstrip() + "\n" for line in lines))
 
 
+_NOT_PLAIN_ASCII = re.compile(r"[^\x00-\x7e]")  # DEL and everything beyond ASCII
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    data = match.group(0).encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{int.from_bytes(data[i:i + 2], 'big'):04x}" for i in range(0, len(data), 2))
+
+
+def json_text(data: Any) -> str:
+    """`data` as JSON: exact (json.loads gives `data` back), and never a raw control character.
+
+    json.dumps escapes C0 controls itself; DEL, C1 controls, format characters
+    (bidi overrides), line separators and lone surrogates are written as
+    `\\uXXXX` escapes too (they can only occur inside JSON strings), so JSON on a
+    terminal is as safe as the text output, and still exact.
+    """
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    return _NOT_PLAIN_ASCII.sub(lambda m: _json_escape(m) if _unsafe(m.group(0)) else m.group(0), text)
+
+
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    click.echo(json_text(data))
 
 
 def note(app: App, text: str) -> None:
@@ -125,13 +191,57 @@ def memory_hint(app: App, settings: BrakeSettings) -> None:
 # -- errors: what went wrong, its fix, its exit code -------------------------------------------------
 
 
+def acl_rules(settings: BrakeSettings | None) -> str:
+    """The ACL command rules the brake's user needs on this backend (keys not included).
+
+    redis-py sends SELECT when it connects to a database other than 0, so
+    such a URL needs `+select` too.
+    """
+    rules = needed_rules()
+    if settings is not None and settings.parsed_url.db:
+        rules += " +select"
+    return rules
+
+
+def acl_setuser_hint(settings: BrakeSettings | None) -> str:
+    """`ACL SETUSER ...` granting everything the brake needs on `settings`' backend and key prefix."""
+    if settings is None:
+        return f"ACL SETUSER <user> {acl_rules(None)} ~<key_prefix>:*"
+    user = settings.parsed_url.username or "default"  # no user name in the URL: the default user
+    return f"ACL SETUSER {user} {acl_rules(settings)} ~{settings.key_prefix}:*"
+
+
+def password_example(parsed: ParsedURL) -> str:
+    """The run's URL (shown form) with a `<PASSWORD>` placeholder where its password goes.
+
+    (The angle brackets also keep `scrub` from taking the placeholder for a password.)
+    """
+    scheme, _, rest = (parsed.redacted or f"{parsed.scheme}://host").partition("://")
+    if parsed.username is not None and "@" in rest:
+        user, _, after = rest.rpartition("@")
+        return f"{scheme}://{user.partition(':')[0]}:<PASSWORD>@{after}"
+    return f"{scheme}://:<PASSWORD>@{rest} (<USER>:<PASSWORD>@ for an ACL user)"
+
+
 def backend_problem(error: BaseException, app: App) -> tuple[str, str, str]:
     """(kind, what happened, the fix) for a backend failure, password-free."""
-    backend, timeout = app.backend, app.timeout_seconds
+    backend, timeout, settings = app.backend, app.timeout_seconds, app.resolved
     if isinstance(error, BrakeUnavailableError) and error.__cause__ is not None:
         error = error.__cause__
     text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, redis.exceptions.AuthenticationError):
+    if isinstance(error, redis.exceptions.AuthenticationError) or (
+        isinstance(error, redis.exceptions.ResponseError) and text.startswith("NOAUTH")
+    ):
+        if settings is not None and not settings.parsed_url.password:
+            # Without a password redis-py sends no AUTH; the server's answer ("HELLO must be
+            # called with the client already authenticated", "Authentication required") says
+            # only that one is needed.
+            return (
+                "auth",
+                f"backend {backend} requires a password and the URL has none",
+                "the server requires a password: put it in the URL, "
+                f"{password_example(settings.parsed_url)}, in --url or DISTBRAKE_URL",
+            )
         return (
             "auth",
             f"backend {backend} refused the credentials ({text})",
@@ -144,8 +254,7 @@ def backend_problem(error: BaseException, app: App) -> tuple[str, str, str]:
         return (
             "permission",
             f"backend {backend} denied a command to this user, permission missing ({text})",
-            "grant the brake's user what it needs, e.g. "
-            f"ACL SETUSER <user> {needed_rules()} ~<key_prefix>:*",
+            f"grant the brake's user what it needs, e.g. {acl_setuser_hint(settings)}",
         )
     if isinstance(error, redis.exceptions.ReadOnlyError):
         return (

@@ -21,10 +21,12 @@ from .output import (
     EXIT_USAGE,
     CliError,
     emit_json,
+    escape_text,
     make_console,
     make_table,
     memory_hint,
     print_renderable,
+    quote_text,
 )
 
 # -- a streak as JSON fields and as short text ------------------------------------------------------
@@ -91,7 +93,7 @@ def limit_text(data: Mapping[str, Any]) -> str:
     if data["limit"] is None:
         return "none (tool is exempt)"
     if data["limit_source"] == "tool_max_repeats":
-        return f"{data['limit']} (per-tool limit for {data['tool_name']})"
+        return f"{data['limit']} (per-tool limit for {escape_text(data['tool_name'])})"
     return f"{data['limit']} (max_repeats)"
 
 
@@ -117,8 +119,9 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
             emit_json({"found": False, "session_id": session})
         else:
             make_console(stderr=True).print(Text(
-                f"distbrake: no streak for session {session!r} in {app.backend} "
-                f"(prefix {settings.key_prefix!r}): never seen, cleared, or expired"))
+                f"distbrake: no streak for session {quote_text(session)} in "
+                f"{escape_text(app.backend)} (prefix {quote_text(settings.key_prefix)}): never "
+                "seen, cleared, or expired"))
             memory_hint(app, settings)
         raise click.exceptions.Exit(EXIT_NOT_FOUND)
     data = state_json(state, settings)
@@ -129,9 +132,10 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold" if sys.stdout.isatty() else "")
     grid.add_column()
-    grid.add_row("session", Text(state.session_id))
-    grid.add_row("tool", Text(state.tool_name))
-    grid.add_row("call", Text(f"{state.hash_prefix}  (hash prefix; `distbrake hash` computes it)"))
+    grid.add_row("session", Text(escape_text(state.session_id)))
+    grid.add_row("tool", Text(escape_text(state.tool_name)))
+    grid.add_row("call", Text(f"{escape_text(state.hash_prefix)}  (hash prefix; `distbrake hash` "
+                              "computes it)"))
     grid.add_row("count", Text(f"{state.count} identical call(s) in a row"))
     grid.add_row("limit", Text(limit_text(data)))
     if data["limit"] is None:
@@ -197,8 +201,8 @@ def list_command(
     console = make_console()
     if not rows:
         console.print(Text(
-            f"no streaks in {app.backend} (prefix {settings.key_prefix!r}"
-            + (f", match {match!r}" if match else "")
+            f"no streaks in {escape_text(app.backend)} (prefix {quote_text(settings.key_prefix)}"
+            + (f", match {quote_text(match)}" if match else "")
             + (f", min count {min_count}" if min_count > 1 else "") + ")"))
         memory_hint(app, settings)
         return
@@ -208,7 +212,8 @@ def list_command(
         table.columns[column].justify = "right"
     for data in rows:
         table.add_row(
-            Text(data["session_id"]), Text(data["tool_name"]), data["hash_prefix"],
+            Text(escape_text(data["session_id"])), Text(escape_text(data["tool_name"])),
+            Text(escape_text(data["hash_prefix"])),
             str(data["count"]), "-" if data["limit"] is None else str(data["limit"]),
             status_text(data),
             "none" if data["ttl_seconds"] is None else span_text(data["ttl_seconds"]),
@@ -246,7 +251,7 @@ def clear_command(
     if clear_all and not yes:
         settings = app.settings()
         raise CliError(
-            f"refusing to clear every session under prefix {settings.key_prefix!r} on "
+            f"refusing to clear every session under prefix {quote_text(settings.key_prefix)} on "
             f"{settings.shown_url} without --yes",
             EXIT_USAGE, "usage",
         )
@@ -266,11 +271,11 @@ def clear_command(
         emit_json(data)
         return
     if results is None:
-        click.echo(f"cleared {cleared} session(s) under prefix {settings.key_prefix!r} "
-                   f"on {app.backend}")
+        click.echo(f"cleared {cleared} session(s) under prefix {quote_text(settings.key_prefix)} "
+                   f"on {escape_text(app.backend)}")
         return
     missing = [s for s, done in results.items() if not done]
     line = f"cleared {cleared} of {len(results)} session(s)"
     if missing:
-        line += " (no streak: " + ", ".join(repr(s) for s in missing) + ")"
+        line += " (no streak: " + ", ".join(quote_text(s) for s in missing) + ")"
     click.echo(line)
