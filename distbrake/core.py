@@ -11,6 +11,7 @@ Redis brakes differ only in the middle step.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -48,6 +49,7 @@ class Verdict(NamedTuple):
     decided_by: DecidedBy = "in-process"  # see DECIDED_BY
     warning: str | None = None  # warn_at reached: when denial begins (never the arguments)
     would_deny: bool = False  # shadow mode (enforce=False): the rules would have denied this call
+    observe_token: object = None  # progress-aware tools: what `brake.observe(verdict, result)` needs (opaque)
 
     @property
     def denied(self) -> bool:
@@ -64,6 +66,21 @@ class SessionState:
     count: int
     ttl_seconds: float | None
     updated_at: float  # Unix time of the last check, from the backend's clock
+    # What the last check was judged by (None: a record written before the record kept it)
+    max_repeats: int | None = None
+    warn_at: int | None = None
+    enforcing: bool | None = None
+
+    @property
+    def state(self) -> str:
+        """`ok`, `warned`, `denying` or `would_deny` by the record's own rules (`unknown` without them)."""
+        if self.max_repeats is None:
+            return "unknown"
+        if self.count >= self.max_repeats:
+            return "denying" if self.enforcing else "would_deny"
+        if self.warn_at is not None and self.count >= self.warn_at and self.enforcing:
+            return "warned"
+        return "ok"
 
 
 class PreparedCall(NamedTuple):
@@ -76,6 +93,7 @@ class PreparedCall(NamedTuple):
     max_repeats: int
     warn_at: int | None = None
     enforce: bool = True
+    progress: bool = False
 
     @property
     def hash_prefix(self) -> str:
@@ -111,7 +129,11 @@ class BrakeCore:
             args = strip_fields(args, rules.ignore_fields)
         digest = call_hash(tool, args)  # also refuses a tool name that is not a str
         found = None if call_id is None and context is None else resolve_call_id(call_id, context)
-        return PreparedCall(tool, digest, session, found, rules.max_repeats, rules.warn_at, rules.enforce)
+        if rules.progress and found is None:
+            found = uuid.uuid4().hex  # the observation of the result must name this very call
+        return PreparedCall(
+            tool, digest, session, found, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress
+        )
 
     def judge(
         self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy
@@ -130,6 +152,7 @@ class BrakeCore:
             return Verdict(
                 count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
                 replayed=replayed, decided_by=decided_by, would_deny=True,
+                observe_token=call if call.progress else None,
             )
         warning = None
         if call.warn_at is not None and count >= call.warn_at and call.enforce:
@@ -137,6 +160,7 @@ class BrakeCore:
         return Verdict(
             count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
             replayed=replayed, decided_by=decided_by, warning=warning,
+            observe_token=call if call.progress else None,
         )
 
 

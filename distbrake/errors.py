@@ -117,10 +117,11 @@ class UnsupportedArgumentsError(DistbrakeError, TypeError):
 class EventLoopError(DistbrakeError, RuntimeError):
     """An `AsyncDistributedBrake` was used from an event loop while its connections belong to another.
 
-    The brake moves by itself to a new loop once the old one has ended (each
+    The brake moves by itself to a new loop once the old one is closed (each
     `asyncio.run` in turn); this is raised only when it cannot: the old loop
-    still runs (in another thread), or a Redis Cluster client the caller built
-    still holds the old loop's connections. The message says what to do.
+    is still open (idle, or running in another thread), or a Redis Cluster
+    client the caller built still holds a closed loop's connections. The
+    message says what to do.
     """
 
 

@@ -21,6 +21,12 @@ their value; `uuid.UUID` is its string; dataclasses are objects of their
 fields; pydantic models are `model_dump(mode="json")`; int, float, bool and
 None keys become the strings JavaScript would make of them. Anything else
 (sets, bytes, datetimes, arbitrary objects) is an error naming the type.
+
+A set has no order of its own: the order it iterates in follows str hashing,
+which is randomised per process. So a set is refused wherever it is, also
+inside a pydantic model (whose JSON dump would write it as a list in that
+order, a different call hash in every worker) and in dataclasses and
+mappings; pydantic models are the only values searched for one separately.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import math
 import re
 import uuid
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import orjson
@@ -246,8 +253,54 @@ def _convert(value: Any) -> Any:
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump) and hasattr(type(value), "model_fields"):
-        return model_dump(mode="json")
+        return _model_json(value, model_dump)
     raise _unsupported(value)
+
+
+def _model_json(model: object, model_dump: Any) -> Any:
+    """A pydantic model's `model_dump(mode="json")`, unless that would follow a set's iteration order.
+
+    pydantic writes a set (or frozenset) as a list in iteration order, and the
+    order of a set of str changes with every process's hash seed: such a model
+    would hash differently in every worker. Its Python dump still holds the
+    sets (a field serializer that sorts them leaves none), so that dump is
+    searched first. A model pydantic cannot write as JSON is refused too,
+    naming the model, never pydantic's message (it may quote a value).
+    """
+    failure = None
+    try:
+        _refuse_unordered(model_dump(), model)
+        return model_dump(mode="json")
+    except UnsupportedArgumentsError:
+        raise
+    except (TypeError, ValueError) as error:  # pydantic_core.PydanticSerializationError is a ValueError
+        failure = type(error).__name__
+    # Raised here, outside the handler, so that pydantic's error is not even its __context__.
+    raise UnsupportedArgumentsError(
+        f"arguments contain a pydantic model of type {type(model).__name__!r} that pydantic "
+        f"cannot write as JSON ({failure}); convert it before the call"
+    )
+
+
+def _refuse_unordered(dumped: Any, model: object) -> None:
+    """Raise if a model's Python dump holds an unordered collection (set, frozenset, any `Set`), at any depth."""
+    stack = [dumped]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (str, int, float, bytes)) or item is None:
+            continue
+        if isinstance(item, AbstractSet):
+            raise UnsupportedArgumentsError(
+                f"arguments contain a value of type {type(item).__name__!r} inside the pydantic model "
+                f"{type(model).__name__!r}; its JSON form follows the set's iteration order, which "
+                "differs between processes, so the call would hash differently in every worker. "
+                "Use a list or tuple (sorted) before the call"
+            )
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def _encode(value: Any, out: list[str], depth: int) -> None:

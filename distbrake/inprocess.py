@@ -16,6 +16,7 @@ from fnmatch import fnmatchcase
 from typing import Unpack
 
 from .core import PreparedCall, SessionState, SyncCheck, Verdict
+from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .streak import advance
 from .wrap import GuardMixin
@@ -31,6 +32,8 @@ class _Record:
     previous_id: str | None  # of the call before it, in this streak
     tool_name: str
     expires_at: float  # on the brake's clock (monotonic); last update = expires_at - ttl
+    result: bytes | None = None  # progress-aware tools: the digest of this streak's last observed result
+    judged_by: tuple[int, int | None, bool] = (0, None, True)  # the last check's limit, warn_at, enforce
 
 
 class LoopBrake(GuardMixin, SyncCheck):
@@ -69,7 +72,8 @@ class LoopBrake(GuardMixin, SyncCheck):
             if record is None:
                 count, replayed = 1, False
                 records[session] = _Record(
-                    call.digest, 1, call.call_id, None, call.tool_name, now + self._ttl
+                    call.digest, 1, call.call_id, None, call.tool_name, now + self._ttl,
+                    judged_by=(call.max_repeats, call.warn_at, call.enforce),
                 )
             else:
                 fresh = now - (record.expires_at - self._ttl) <= self._window
@@ -79,9 +83,12 @@ class LoopBrake(GuardMixin, SyncCheck):
                 )
                 if not replayed:
                     record.previous_id = record.call_id if count > 1 else None
+                    if count == 1:
+                        record.result = None  # a new streak: no result of its own yet
                     record.digest, record.count, record.call_id = call.digest, count, call.call_id
                     record.tool_name = call.tool_name
                 record.expires_at = now + self._ttl
+                record.judged_by = (call.max_repeats, call.warn_at, call.enforce)
                 records.move_to_end(session)
         return count, replayed
 
@@ -93,6 +100,25 @@ class LoopBrake(GuardMixin, SyncCheck):
                 break
             records.popitem(last=False)
 
+    def observe_digest(self, call: PreparedCall, digest: bytes) -> None:
+        """Record the result of `call` (a progress-aware tool): a changed result restarts the streak at 1.
+
+        Ignored when the session's streak has moved on (another call came since).
+        """
+        with self._lock:
+            record = self._records.get(call.session_id)
+            if record is None or record.digest != call.digest or record.call_id != call.call_id:
+                return
+            if record.result is not None and record.result != digest:
+                record.count, record.previous_id = 1, None
+            record.result = digest
+
+    def observe(self, verdict: Verdict, result: object) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak."""
+        call = verdict.observe_token
+        if isinstance(call, PreparedCall):
+            self.observe_digest(call, result_digest(result))
+
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in this process and judge it."""
         count, replayed = self.record(call)
@@ -103,7 +129,11 @@ class LoopBrake(GuardMixin, SyncCheck):
     def _state(self, session_id: str, record: _Record, now: float) -> SessionState:
         left = max(0.0, record.expires_at - now)
         updated = time.time() - (self._ttl - left)
-        return SessionState(session_id, record.tool_name, record.digest[:12], record.count, left, updated)
+        limit, warn_at, enforce = record.judged_by
+        return SessionState(
+            session_id, record.tool_name, record.digest[:12], record.count, left, updated,
+            max_repeats=limit, warn_at=warn_at, enforcing=enforce,
+        )
 
     def inspect(self, session_id: str) -> SessionState | None:
         now = self._clock()

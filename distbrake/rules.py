@@ -10,6 +10,10 @@ the seed's rule is unchanged unless a user opts in:
   says `would_deny=True` and a warning is logged; counting is unchanged;
 * `ignore_fields`: dotted paths removed from the arguments before hashing, so
   a loop whose only change is a nonce or a timestamp is caught;
+* `progress` (pollers such as `get_job_status`): identical calls form a streak
+  only while their results are identical too: after the body returns, the
+  result's digest is observed, and a result that differs from the previous
+  identical call's restarts the streak at 1;
 * `exempt`: the tool is never checked or counted.
 
 `ToolRules` is what a user writes per tool (`BrakeSettings.tools`); `Rules`
@@ -19,15 +23,17 @@ applied (`BrakeSettings.rules_for`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from .errors import InvalidMaxRepeatsError
+from .errors import InvalidMaxRepeatsError, UnsupportedArgumentsError
+from .identity import canonical_json
 
-__all__ = ["Rules", "ToolRules", "normalize_max_repeats", "strip_fields", "warning_text"]
+__all__ = ["Rules", "ToolRules", "normalize_max_repeats", "result_digest", "strip_fields", "warning_text"]
 
 
 def normalize_max_repeats(value: object, source: str = "max_repeats") -> int:
@@ -80,6 +86,7 @@ class ToolRules(BaseModel):
     warn_at: int | None = None
     enforce: bool | None = None
     ignore_fields: tuple[str, ...] = ()
+    progress: bool = False
     exempt: bool = False
 
     @field_validator("max_repeats", mode="before")
@@ -110,6 +117,23 @@ class Rules(NamedTuple):
     warn_at: int | None = None
     enforce: bool = True
     ignore_fields: tuple[tuple[str, ...], ...] = ()
+    progress: bool = False
+
+
+def result_digest(result: object) -> bytes:
+    """8 bytes that tell one tool result from another, for progress-aware tools (the result never leaves).
+
+    A result is digested by its canonical JSON when it can be expressed, else
+    by its type name and `str()`; a raised exception by its type name.
+    """
+    if isinstance(result, BaseException):
+        text = "raised:" + type(result).__name__
+    else:
+        try:
+            text = "json:" + canonical_json(result)
+        except (UnsupportedArgumentsError, TypeError, ValueError):
+            text = f"{type(result).__name__}:{result}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8]
 
 
 def strip_fields(args: Any, paths: tuple[tuple[str, ...], ...]) -> Any:

@@ -122,7 +122,8 @@ class BrakeSettings(BaseSettings):
         default=True, description="False: shadow mode, a call the rules would deny runs and is reported.",
     )
     tools: dict[str, ToolRules] = Field(
-        default_factory=dict, description="Per-tool rules: max_repeats, warn_at, enforce, ignore_fields, exempt.",
+        default_factory=dict,
+        description="Per-tool rules: max_repeats, warn_at, enforce, ignore_fields, progress, exempt.",
     )
 
     @field_validator("max_repeats", mode="before")
@@ -194,9 +195,13 @@ class BrakeSettings(BaseSettings):
             raise ValueError(f"{where}.warn_at {warn_at} must be below the tool's max_repeats ({limit})")
         if warn_at is None and self.warn_at is not None and self.warn_at < limit:
             warn_at = self.warn_at  # inherited only where it is below the tool's own limit
+        if given.progress and limit < 3:
+            raise ValueError(
+                f"{where}.progress needs max_repeats >= 3 (the check comes before the result exists), not {limit}"
+            )
         enforce = self.enforce if given.enforce is None else given.enforce
         paths = tuple(tuple(path.split(".")) for path in given.ignore_fields)
-        return Rules(limit, warn_at, enforce, paths)
+        return Rules(limit, warn_at, enforce, paths, given.progress)
 
     _parsed_url: ParsedURL | None = PrivateAttr(default=None)
     _rules: dict[str, Rules | None] = PrivateAttr(default_factory=dict)

@@ -29,7 +29,10 @@ from typing import Any, Protocol, TypeVar, cast
 
 from .session import bind_session
 
-__all__ = ["Brake", "GuardMixin", "Split", "acheck", "decorate_tool", "is_async_brake", "make_wrapper", "wrap_execute"]
+__all__ = [
+    "Brake", "GuardMixin", "Split", "acheck", "aobserve", "decorate_tool", "is_async_brake", "make_wrapper",
+    "wrap_execute",
+]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,6 +79,17 @@ async def acheck(
     return brake.check(tool, args, session_id=session_id, call_id=call_id, context=context)
 
 
+async def aobserve(brake: Brake, verdict: Any, result: object) -> None:
+    """Run `brake.observe` from async code, whatever kind of brake it is (as `acheck` does for checks)."""
+    observe = brake.observe  # type: ignore[attr-defined]
+    if is_async_brake(brake):
+        await observe(verdict, result)
+    elif getattr(brake, "blocking_io", False):
+        await asyncio.to_thread(observe, verdict, result)
+    else:
+        observe(verdict, result)
+
+
 def _mark(brake: Brake, tool: str, args: Any) -> tuple[int, str, int]:
     return (id(brake), tool, id(args))
 
@@ -104,12 +118,19 @@ def make_wrapper(
             mark = _mark(brake, tool, hashed)
             if _active.get() == mark or (enabled is not None and not enabled()):
                 return await body(*a, **kw)
-            await acheck(brake, tool, hashed, session_id=session_id, context=context)
+            verdict = await acheck(brake, tool, hashed, session_id=session_id, context=context)
             token = _active.set(mark)
             try:
-                return await body(*a, **kw)
+                result = await body(*a, **kw)
+            except BaseException as error:
+                if getattr(verdict, "observe_token", None) is not None:
+                    await aobserve(brake, verdict, error)
+                raise
             finally:
                 _active.reset(token)
+            if getattr(verdict, "observe_token", None) is not None:
+                await aobserve(brake, verdict, result)
+            return result
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
@@ -125,12 +146,19 @@ def make_wrapper(
             mark = _mark(brake, tool, hashed)
             if _active.get() == mark or (enabled is not None and not enabled()):
                 return body(*a, **kw)
-            brake.check(tool, hashed, session_id=session_id, context=context)
+            verdict = brake.check(tool, hashed, session_id=session_id, context=context)
             token = _active.set(mark)
             try:
-                return body(*a, **kw)
+                result = body(*a, **kw)
+            except BaseException as error:
+                if getattr(verdict, "observe_token", None) is not None:
+                    brake.observe(verdict, error)  # type: ignore[attr-defined]
+                raise
             finally:
                 _active.reset(token)
+            if getattr(verdict, "observe_token", None) is not None:
+                brake.observe(verdict, result)  # type: ignore[attr-defined]
+            return result
 
         wrapper = sync_wrapper
     wrapper.__distbrake_brake__ = brake  # type: ignore[attr-defined]

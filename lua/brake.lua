@@ -9,11 +9,25 @@ ARGV[3]  ttl in milliseconds
 ARGV[4]  for inspection only: one byte holding the tool name's length, the tool name
          (at most 64 bytes), then the session id (at most 128 bytes)
 ARGV[5]  the replay window in milliseconds (the brake's timeout)
+ARGV[6]  what the check is judged by, kept for `inspect` and `list`: the limit in decimal,
+         then "w" and warn_at when set, then "s" in shadow mode (enforce=False): "3", "5w2s"
+ARGV[7]  only in an observation (see below): 8 bytes of the tool result's digest
+
+An observation (seven arguments) records the result of one call of a progress-aware
+tool, after the tool ran; ARGV[1] names that call. It is ignored when the streak
+has moved on (the record's call hash or last call id is another). If the
+previous identical call of this streak had another result, the streak restarts:
+its count becomes 1, so the next identical call is checked as 2. Only progress
+tools write the field r: 4 bytes of the call hash (so a result from an earlier
+streak is never compared) and the 8 bytes of the result digest. Returns 2 when
+the streak restarted, 1 when recorded, 0 when ignored.
 
 The record's fields (two, and packed: every byte of every session counts):
   h  16 bytes call hash | 5 bytes last call id | 5 bytes previous call id |
      5 bytes ttl in milliseconds | the count, in decimal
   s  ARGV[4] of the check that started the streak
+  j  ARGV[6] of the last check (the limit, warn_at and enforcement the fleet judged it by)
+  r  progress-aware tools only: 4 bytes of the call hash | 8 bytes of the last result's digest
 
 The time of the last check is the key's expiry, set by Redis's own clock,
 minus the ttl kept in h: `inspect` reads it back with TIME and PTTL, and the
@@ -41,6 +55,21 @@ the earlier calls of a run have the counts just below it.
 local rcall = redis.call
 local key = KEYS[1]
 local call = ARGV[1]
+if #ARGV == 7 then
+  local stored = rcall('HMGET', key, 'h', 'r')
+  local record, seen = stored[1], stored[2]
+  if not record or string.sub(record, 1, 21) ~= string.sub(call, 1, 16) .. string.sub(call, 22, 26) then
+    return 0
+  end
+  local mine = string.sub(call, 1, 4) .. ARGV[7]
+  if seen and string.sub(seen, 1, 4) == string.sub(call, 1, 4) and seen ~= mine then
+    rcall('HSET', key, 'h', string.sub(record, 1, 21) .. '\0\0\0\0\0' .. string.sub(record, 27, 31) .. '1',
+          'r', mine)
+    return 2
+  end
+  rcall('HSET', key, 'r', mine)
+  return 1
+end
 local size = #call
 local k = math.floor((size - 21) / 5)
 local last = string.sub(call, size - 4)
@@ -79,9 +108,9 @@ if k > 1 then
 end
 local fields = string.sub(call, 1, 16) .. last .. before .. string.sub(call, 17, 21) .. count
 if n == 0 then
-  rcall('HSET', key, 'h', fields, 's', ARGV[4])
+  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4])
 else
-  rcall('HSET', key, 'h', fields)
+  rcall('HSET', key, 'h', fields, 'j', ARGV[6])
 end
 rcall('PEXPIRE', key, ARGV[3])
 if count >= limit then

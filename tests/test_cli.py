@@ -88,6 +88,14 @@ def test_version_hash_and_invalid_json() -> None:
         "hash_prefix": call_hash("search", args)[:12],
     }
 
+    tools = json.dumps({"fetch": {"ignore_fields": ["nonce", "meta.id"]}})
+    nonced = run("hash", "fetch", json.dumps({"url": "u", "nonce": 7, "meta": {"id": 1}}), "--json",
+                 DISTBRAKE_TOOLS=tools)
+    assert as_json(nonced) == {
+        "tool_name": "fetch", "call_hash": call_hash("fetch", {"url": "u", "meta": {}}),
+        "hash_prefix": call_hash("fetch", {"url": "u", "meta": {}})[:12], "ignored_fields": ["nonce", "meta.id"],
+    }
+
     piped = run("hash", "search", "-", stdin=json.dumps(args, indent=3))
     assert piped.returncode == 0, piped.stderr
     assert f"hash_prefix  {call_hash('search', args)[:12]}" in piped.stdout
@@ -159,7 +167,8 @@ def test_check_inspect_list_clear_on_a_real_server(redis_url: str) -> None:
     state = as_json(inspected)
     assert state["found"] is True
     assert state["tool_name"] == "search" and state["count"] == 3 and state["limit"] == 3
-    assert state["limit_source"] == "max_repeats"
+    assert state["limit_source"] == "record"  # the limit the fleet judged it by
+    assert (state["max_repeats"], state["enforcing"], state["state"]) == (3, True, "denying")
     assert state["denying"] is True and state["next_denied"] is True
     assert 3500 < state["ttl_seconds"] <= 3600
     assert abs(state["updated_at"] - time.time()) < 60 and state["updated_at_iso"].endswith("Z")
@@ -167,7 +176,7 @@ def test_check_inspect_list_clear_on_a_real_server(redis_url: str) -> None:
 
     human = run("--url", redis_url, "--max-repeats", "5", "inspect", "calm-0")
     assert human.returncode == 0, human.stderr
-    assert "calm-0" in human.stdout and "5 (max_repeats)" in human.stdout
+    assert "calm-0" in human.stdout and "5 (what if: --max-repeats)" in human.stdout
     assert "allowed: an identical call now would be call 3 of 5" in human.stdout
     assert "\x1b[" not in human.stdout  # no colour when piped
 
@@ -281,7 +290,10 @@ def test_list_doctor_clear_on_a_cluster(cluster_url: str) -> None:
     rows = as_json(listed)
     assert rows["matched"] == 30 and rows["shown"] == 7 and rows["truncated"] is True
     assert [r["count"] for r in rows["sessions"]] == [4] * 7
-    assert all(r["denying"] for r in rows["sessions"])  # limit 3 by default: 4 >= 3
+    # judged by the limit the fleet judged them by (10, kept in each record), not the CLI's default 3
+    assert all(r["limit"] == 10 and r["limit_source"] == "record" and not r["denying"] for r in rows["sessions"])
+    what_if = run("--url", cluster_url, "list", "--limit", "7", "--json", "--max-repeats", "3")
+    assert all(r["denying"] and r["limit_source"] == "what-if" for r in as_json(what_if)["sessions"])
 
     doctor = run("--url", cluster_url, "doctor", "--json")
     assert doctor.returncode == 0, doctor.stdout

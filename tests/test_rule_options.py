@@ -164,6 +164,14 @@ class Model:
     def __init__(self, settings_: BrakeSettings) -> None:
         self.settings = settings_
         self.records: dict[str, tuple[str, int, str | None, str | None]] = {}
+        self.results: dict[str, object] = {}  # progress tools: the streak's last observed result
+
+    def observe(self, session: str, result: object) -> None:
+        """The tool ran right after its check: a changed result restarts the streak at 1."""
+        digest, count, last, _previous = self.records[session]
+        if session in self.results and self.results[session] != result and count > 1:
+            self.records[session] = (digest, 1, last, None)
+        self.results[session] = result
 
     def check(self, tool: str, args: Any, session: str, call_id: str | None) -> tuple[int, str | None, bool]:
         rules = self.settings.rules_for(tool)
@@ -182,6 +190,7 @@ class Model:
         else:
             count = 1
             self.records[session] = (digest, 1, call_id, None)
+            self.results.pop(session, None)
         return self.judge(tool, digest, count, rules)
 
     def judge(self, tool: str, digest: str, count: int, rules: Any) -> tuple[int, str | None, bool]:
@@ -200,26 +209,78 @@ TOOLS = {
     "c": {"enforce": False},
     "d": {"ignore_fields": ["nonce"]},
     "e": {"exempt": True},
+    "f": {"progress": True},
 }
 CALL = st.tuples(
     st.sampled_from(sorted(TOOLS)),
     st.fixed_dictionaries({"q": st.integers(0, 1)}, optional={"nonce": st.integers(0, 3)}),
     st.sampled_from(["s1", "s2"]),
     st.one_of(st.none(), st.sampled_from(["c1", "c2", "c3"])),
+    st.integers(0, 1),  # what the tool returns (observed for the progress tool "f")
 )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(CALL, max_size=14), warn_at=st.sampled_from([None, 2]))
 async def test_every_brake_agrees_with_the_reference_model(
-    make: Callable[..., Checker], calls: list[tuple[str, dict[str, int], str, str | None]], warn_at: int | None
+    make: Callable[..., Checker], calls: list[tuple[str, dict[str, int], str, str | None, int]], warn_at: int | None
 ) -> None:
     options: dict[str, Any] = {"tools": TOOLS, "warn_at": warn_at, "max_repeats": 3, "timeout_seconds": 5.0}
     brake = make(**options)
     for session in ("s1", "s2"):
         await brake.clear(session)
     model = Model(BrakeSettings(**options))
-    for tool, args, session, call_id in calls:
+    for tool, args, session, call_id, result in calls:
         expected = model.check(tool, args, session, call_id)
-        got = await outcome(brake, tool, args, session_id=session, call_id=call_id)
+        try:
+            verdict: Verdict | None = await brake.check(tool, args, session_id=session, call_id=call_id)
+        except LoopBrakeError as error:
+            verdict, got = None, (-error.count, None, False)
+        else:
+            got = (verdict.count, verdict.warning, verdict.would_deny)
         assert got == expected, (tool, args, session, call_id)
+        if tool == "f" and verdict is not None:  # the tool ran: its result is observed
+            model.observe(session, result)
+            await brake._maybe(brake.brake.observe(verdict, {"status": result}))
+
+
+# -- the record keeps what its last check was judged by (issue 10.7) ------------------------------
+
+
+async def test_the_record_keeps_the_limit_and_enforcement_it_was_judged_by(make: Callable[..., Checker]) -> None:
+    brake = make(warn_at=2, tools={"poll": {"max_repeats": 5, "enforce": False}})
+    for _ in range(2):
+        await brake.check("search", {}, session_id="s")
+    for _ in range(6):
+        await brake.check("poll", {}, session_id="p")
+    searched, polled = await brake.inspect("s"), await brake.inspect("p")
+    assert searched is not None and polled is not None
+    assert (searched.max_repeats, searched.warn_at, searched.enforcing, searched.state) == (3, 2, True, "warned")
+    assert (polled.max_repeats, polled.enforcing, polled.state) == (5, False, "would_deny")
+
+
+def test_records_of_an_older_layout_are_read_safely(redis_url: str) -> None:
+    import subprocess
+    import sys
+
+    import redis
+
+    from distbrake import DistributedBrake, session_key
+
+    with DistributedBrake.from_url(redis_url) as brake:
+        brake.check("search", {}, session_id="new")
+        client = redis.Redis.from_url(redis_url)
+        current = client.hgetall(session_key("new"))
+        client.hset(session_key("old"), mapping={b"h": current[b"h"], b"s": b"\x06searchold"})  # no j
+        client.hset(session_key("odd"), mapping={b"h": current[b"h"], b"s": b"\x06searchodd", b"j": b"??"})
+        client.close()
+        states = {state.session_id: state for state in brake.sessions()}
+    assert states["new"].max_repeats == 3 and states["new"].state == "ok"
+    assert (states["old"].max_repeats, states["old"].state) == (None, "unknown")
+    assert (states["odd"].max_repeats, states["odd"].state) == (None, "unknown")
+    listed = subprocess.run([sys.executable, "-m", "distbrake", "--url", redis_url, "list", "--json"],
+                            capture_output=True, text=True, check=False, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["session_id"]: row for row in json.loads(listed.stdout)["sessions"]}
+    assert rows["old"]["limit_source"] == "max_repeats" and rows["old"]["state"] == "unknown"
+    assert rows["new"]["limit_source"] == "record"

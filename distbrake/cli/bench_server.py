@@ -300,7 +300,7 @@ def server_cost(
         ours_sha = client.script_load(script_source())
         call = "A" * 16 + "C" * 5 + "B" * 5  # ARGV[1]: call hash 16, ttl 5, call id 5 (no NUL in argv)
         ours_command = ["EVALSHA", ours_sha, "1", f"{prefix}:__rand_int__", call, "1000000",
-                        "60000", "\x06searchbench-session", "500"]
+                        "60000", "\x06searchbench-session", "500", "1000000"]
         floors, ourses = [], []
         for _ in range(3):  # alternate, and take medians: the two share the machine's cores
             floors.append(_benchmark_rate(parsed, ["EVALSHA", floor_sha, "0"], requests))

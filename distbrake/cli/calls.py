@@ -13,6 +13,7 @@ from ..core import Verdict
 from ..errors import LoopBrakeError
 from ..identity import call_hash, hash_prefix
 from ..redis.sync import DistributedBrake
+from ..rules import strip_fields
 from .app import App, command
 from .output import (
     EXIT_DENIED,
@@ -58,14 +59,24 @@ def hash_command(app: App, tool: str, args_json: str, as_json: bool) -> None:
     """The call hash of TOOL with ARGS_JSON ('-' reads stdin), computed locally.
 
     The 12-character prefix is what denials, logs, `inspect` and `list` show,
-    so an operator can tell which arguments a denied call had.
+    so an operator can tell which arguments a denied call had. The tool's
+    ignore_fields (DISTBRAKE_TOOLS) apply, as in the brake.
     """
     args = parse_args_json(args_json)
+    rules = app.settings().rules_for(tool)
+    ignored = [".".join(path) for path in rules.ignore_fields] if rules is not None else []
+    if rules is not None and rules.ignore_fields:
+        args = strip_fields(args, rules.ignore_fields)
     digest = call_hash(tool, args)
     if as_json:
-        emit_json({"tool_name": tool, "call_hash": digest, "hash_prefix": hash_prefix(digest)})
+        data: dict[str, Any] = {"tool_name": tool, "call_hash": digest, "hash_prefix": hash_prefix(digest)}
+        if ignored:  # only for a tool with ignore_fields: the shape of every other answer is unchanged
+            data["ignored_fields"] = ignored
+        emit_json(data)
         return
     click.echo(f"call_hash    {digest}\nhash_prefix  {hash_prefix(digest)}")
+    if ignored:
+        click.echo(f"ignored      {', '.join(quote_text(field) for field in ignored)} (the tool's ignore_fields)")
 
 
 def _check_json(outcome: Verdict | LoopBrakeError) -> dict[str, Any]:

@@ -61,9 +61,20 @@ def span_text(seconds: float) -> str:
     return f"{hours // 24}d{hours % 24:02d}h"
 
 
-def state_json(state: SessionState, settings: BrakeSettings) -> dict[str, Any]:
-    """A session's state with its limit and what the next identical call would get."""
-    limit, source = _limit(settings, state.tool_name)
+def state_json(state: SessionState, settings: BrakeSettings, what_if: bool = False) -> dict[str, Any]:
+    """A session's state with its limit and what the next identical call would get.
+
+    The limit is the one the record says its last check was judged by (what
+    the fleet decided); an explicit `--max-repeats` (`what_if`) judges by that
+    instead, and a record from before records kept it by this run's settings.
+    """
+    limit: int | None
+    if what_if:
+        limit, source = settings.max_repeats, "what-if"
+    elif state.max_repeats is not None:
+        limit, source = state.max_repeats, "record"
+    else:
+        limit, source = _limit(settings, state.tool_name)
     return {
         "session_id": state.session_id,
         "tool_name": state.tool_name,
@@ -73,6 +84,9 @@ def state_json(state: SessionState, settings: BrakeSettings) -> dict[str, Any]:
         "limit_source": source,
         "denying": limit is not None and state.count >= limit,
         "next_denied": limit is not None and state.count + 1 >= limit,
+        "max_repeats": state.max_repeats,
+        "enforcing": state.enforcing,
+        "state": state.state,
         "ttl_seconds": state.ttl_seconds,
         "updated_at": state.updated_at,
         "updated_at_iso": iso_time(state.updated_at),
@@ -92,6 +106,11 @@ def status_text(data: Mapping[str, Any]) -> Text:
 def limit_text(data: Mapping[str, Any]) -> str:
     if data["limit"] is None:
         return "none (tool is exempt)"
+    if data["limit_source"] == "record":
+        shadow = "" if data["enforcing"] is not False else ", shadow mode: not enforced"
+        return f"{data['limit']} (the limit its last check was judged by{shadow})"
+    if data["limit_source"] == "what-if":
+        return f"{data['limit']} (what if: --max-repeats)"
     if data["limit_source"] == "tool_max_repeats":
         return f"{data['limit']} (per-tool limit for {escape_text(data['tool_name'])})"
     return f"{data['limit']} (max_repeats)"
@@ -124,7 +143,7 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
                 "seen, cleared, or expired"))
             memory_hint(app, settings)
         raise click.exceptions.Exit(EXIT_NOT_FOUND)
-    data = state_json(state, settings)
+    data = state_json(state, settings, what_if=app.max_repeats is not None)
     if as_json:
         emit_json({"found": True, **data})
         return
@@ -190,7 +209,7 @@ def list_command(
         found = wanted(brake.sessions(match))
         top = heapq.nlargest(limit, found, key=order) if limit else sorted(
             found, key=order, reverse=True)
-    rows = [state_json(state, settings) for state in top]
+    rows = [state_json(state, settings, what_if=app.max_repeats is not None) for state in top]
     if as_json:
         emit_json({
             "sessions": rows, "matched": matched, "shown": len(rows),

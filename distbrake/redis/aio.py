@@ -12,7 +12,10 @@ again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any, Unpack
 
@@ -20,25 +23,40 @@ import redis.asyncio.cluster
 import redis.exceptions
 
 from ..core import SessionState, Verdict
+from ..errors import EventLoopError
 from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
 from .connect import async_client
+from .topology import (
+    INTERNAL_ERRORS,
+    arefresh_topology,
+    is_topology_error,
+    retry_after,
+    topology_error,
+)
 from .wire import CALL_HEAD, encode_run, resp_evalsha, run_replies, script_sha, script_source
 
 __all__ = ["AsyncDistributedBrake"]
+
+logger = logging.getLogger("distbrake")
 
 SCAN_BATCH = 500
 MAX_BATCH = 1024
 CLUSTER_CONCURRENCY = 32
 
 MAX_RUN = 256  # identical checks of one session sent as one script call, at most
+CHECK_ARGS = 6  # the ARGV of a check; an observation has one more (see lua/brake.lua)
 
 # (key, argv, the check's deadline on the loop clock, its future)
 _Pending = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any]"]
 # What goes on the wire: (key, argv of the run, the run's earliest deadline, the run's futures)
 _Run = tuple[str, tuple[Any, ...], float, "list[asyncio.Future[Any]]"]
+
+# The clients `AsyncDistributedBrake.connect` built, with what it built them from: a brake owns
+# such a client, and gives each new event loop a fresh one (see `AsyncDistributedBrake._bind`).
+_BUILT: weakref.WeakKeyDictionary[Any, tuple[ParsedURL, float]] = weakref.WeakKeyDictionary()
 
 
 class QueueTimeout(Exception):
@@ -72,7 +90,8 @@ class _Coalescer:
         self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._queue: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None
-        self._loaded = self._direct  # the direct path learns of a missing script from NOSCRIPT
+        # The direct path learns of a missing script from NOSCRIPT; so does the cluster path (per node).
+        self._loaded = self._direct or self._cluster
 
     async def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -162,19 +181,67 @@ class _Coalescer:
         if self._direct:
             return await self._on_connection(batch)
         sha = script_sha()
-        if self._cluster:  # redis-py's cluster pipeline refuses EVALSHA: one call per check,
-            replies: list[Any] = []  # a bounded number at a time (the client's pools are bounded)
-            for start in range(0, len(batch), CLUSTER_CONCURRENCY):
-                replies.extend(await asyncio.gather(
-                    *(self._client.evalsha(sha, 1, key, *argv)
-                      for key, argv, *_ in batch[start:start + CLUSTER_CONCURRENCY]),
-                    return_exceptions=True,
-                ))
-            return replies
+        if self._cluster:
+            return await self._on_cluster(batch, sha)
         pipe = self._client.pipeline(transaction=False)
         for key, argv, *_ in batch:
             pipe.evalsha(sha, 1, key, *argv)
         return list(await pipe.execute(raise_on_error=False))
+
+    async def _on_cluster(self, batch: list[_Run], sha: str) -> list[Any]:
+        """The cluster branch of `_pipeline`: one EVALSHA per run, a bounded number at a time.
+
+        redis-py's cluster pipeline refuses EVALSHA, so each run is its own
+        call (at most CLUSTER_CONCURRENCY at once: the client's pools are
+        bounded); a NOSCRIPT loads the script and sends those again. While the
+        cluster's topology changes (a reshard, a failover), a call redis-py's
+        cluster client failed inside itself, or whose redirect it gave up on,
+        is sent once more after the slot map is read again; failing again it
+        is a `ClusterTopologyError`, and the failure policy decides (see
+        `topology.py`). Safe: every run carries its call id.
+        """
+        client = self._client
+
+        async def calls(runs: list[_Run]) -> list[Any]:
+            replies: list[Any] = []
+            for start in range(0, len(runs), CLUSTER_CONCURRENCY):
+                replies.extend(await asyncio.gather(
+                    *(client.evalsha(sha, 1, key, *argv) for key, argv, *_ in runs[start:start + CLUSTER_CONCURRENCY]),
+                    return_exceptions=True,
+                ))
+            return replies
+
+        async def attempt(runs: list[_Run]) -> list[Any]:
+            replies = await calls(runs)
+            missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
+            if missing:  # a new master (or a promoted replica) without the script
+                try:
+                    await client.script_load(script_source())
+                except INTERNAL_ERRORS as error:
+                    if is_topology_error(error):
+                        raise topology_error(error) from error
+                    raise
+                for index, reply in zip(missing, await calls([runs[i] for i in missing]), strict=True):
+                    replies[index] = reply
+            return replies
+
+        try:
+            # Learn the slot map once, up front, rather than from a burst of calls racing to it.
+            await client.initialize()
+        except INTERNAL_ERRORS as error:
+            if is_topology_error(error):
+                raise topology_error(error) from error
+            raise
+        replies = await attempt(batch)
+        again = [i for i, reply in enumerate(replies) if retry_after(reply)]
+        if again:
+            await arefresh_topology(client)
+            for index, reply in zip(again, await attempt([batch[i] for i in again]), strict=True):
+                replies[index] = reply
+                if is_topology_error(reply):
+                    replies[index] = topology_error(reply)
+                    replies[index].__cause__ = reply
+        return replies
 
     async def _on_connection(self, batch: list[_Run]) -> list[Any]:
         """Write the batch in one send on one pooled connection; read every reply.
@@ -213,8 +280,11 @@ class _Coalescer:
 
 
 def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:
-    """Whether `argv` can join the run that starts with `first`: the same call, limit, ttl and window."""
-    return bool(first[0][:CALL_HEAD] == argv[0][:CALL_HEAD] and first[1:] == argv[1:])
+    """Whether `argv` can join the run that starts with `first`: checks (never observations) of the
+    same call, limit, ttl and window."""
+    return bool(
+        len(argv) == CHECK_ARGS and first[0][:CALL_HEAD] == argv[0][:CALL_HEAD] and first[1:] == argv[1:]
+    )
 
 
 def _fail(futures: list[asyncio.Future[Any]], error: BaseException) -> None:
@@ -233,11 +303,14 @@ class AsyncDistributedBrake(DistributedBase):
         super().__init__(client, settings=settings, url=url, **options)
         self._coalescer = _Coalescer(client, self.settings.timeout_seconds)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_end: Any = None  # closes the connections when `_loop` ends (see `_bind`)
 
     @staticmethod
     def connect(url: ParsedURL, timeout: float) -> Any:
-        """The client `from_url` builds for this brake."""
-        return async_client(url, timeout)
+        """The client `from_url` builds for this brake (a brake owns it: a new loop gets a new one)."""
+        client = async_client(url, timeout)
+        _BUILT[client] = (url, timeout)
+        return client
 
     async def check(
         self,
@@ -271,31 +344,146 @@ class AsyncDistributedBrake(DistributedBase):
             raise
         return self.verdict(call, reply, ticket)
 
-    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            raise RuntimeError(
-                "this AsyncDistributedBrake is in use on another event loop; its Redis "
-                "connections belong to that loop. Build one brake per event loop, or use "
-                "DistributedBrake from code that starts a new loop per call (asyncio.run, run_sync)"
+    async def observe(self, verdict: Verdict, result: object) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak.
+
+        One more round trip, for progress-aware tools only; a no-op otherwise.
+        """
+        observation = self.observation(verdict, result)
+        if observation is None:
+            return
+        key, argv = observation
+        loop = asyncio.get_running_loop()
+        try:
+            await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
+        except QueueTimeout as error:
+            self.observation_failed(error)
+        except BACKEND_ERRORS as error:
+            self.observation_failed(error)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop, *, forgiving: bool = False) -> bool:
+        """Make `loop` (the running one) the loop the brake's connections belong to.
+
+        A brake moves to a new loop by itself once its old loop is closed (a
+        script or a test calling `asyncio.run` again and again): a client the
+        brake built is replaced by a fresh one, a caller's client has its
+        pools emptied; the old loop's connections are dropped, never awaited
+        (a closed loop cannot close them). `asyncio.run` closes them itself
+        while its loop still runs (see `_close_at_loop_end`), so they are
+        normally closed already. `EventLoopError` when the brake cannot move:
+        its loop is still open (it may run again, and its connections with
+        it), or a Redis Cluster client the caller built still holds a closed
+        loop's connections (with `forgiving`, the caller drops those
+        asynchronously instead: True is returned and it awaits
+        `_drop_cluster_connections`).
+        """
+        old = self._loop
+        if old is loop:
+            return False
+        if old is not None and not old.is_closed():
+            where = "which is running (in another thread)" if old.is_running() else "which is still open"
+            raise EventLoopError(
+                f"this AsyncDistributedBrake is in use on another event loop, {where}; its Redis "
+                "connections belong to that loop. Close that loop first (asyncio.run and "
+                "asyncio.Runner close theirs; by hand: loop.run_until_complete(loop.shutdown_asyncgens()), "
+                "then loop.close()), or build one brake per event loop (DistributedBrake serves threads)"
             )
-        if self._loop is not None:
-            # The old loop is closed: its connections are dead; start afresh on this one.
-            reset = getattr(getattr(self.client, "connection_pool", None), "reset", None)
-            if callable(reset):
-                reset()
-            self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds)
+        drop_nodes = False
+        built = _BUILT.get(self.client)
+        if built is not None and self._loop_end is not None:
+            # A client of our own was used on an earlier loop: a fresh one for this loop, so
+            # nothing of the old loop (connections, locks, a cluster's nodes) comes along.
+            self.client = self.connect(*built)
+        elif old is not None:
+            pool = getattr(self.client, "connection_pool", None)
+            manager = getattr(pool, "sentinel_manager", None)
+            for each in (pool, *(getattr(s, "connection_pool", None) for s in getattr(manager, "sentinels", ()))):
+                reset = getattr(each, "reset", None)
+                if callable(reset):
+                    reset()  # forget the old loop's connections: the next command opens new ones
+            if isinstance(self.client, redis.asyncio.cluster.RedisCluster):
+                if not forgiving:
+                    raise EventLoopError(
+                        "this AsyncDistributedBrake's Redis Cluster client still holds connections of an "
+                        "earlier event loop, closed without loop.shutdown_asyncgens(); "
+                        "they cannot be used from this loop. End each loop with asyncio.run or "
+                        "asyncio.Runner (they close the brake's connections), await brake.aclose() "
+                        "before leaving a loop, or build the brake with AsyncDistributedBrake.from_url, "
+                        "which makes a fresh client for each loop"
+                    )
+                drop_nodes = True
+        self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds)
         self._loop = loop
+        self._close_at_loop_end(loop)
+        return drop_nodes
+
+    def _close_at_loop_end(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close the brake's connections when `loop` ends, while it still runs.
+
+        `asyncio.run` (and `asyncio.Runner`) end a loop by closing the async
+        generators still open on it (`loop.shutdown_asyncgens`) before closing
+        the loop. The brake keeps one such generator per loop it is bound to:
+        started here, inside the loop (which registers it there), it waits at
+        its `yield`, and its `finally` closes the brake's connections. A loop
+        closed without that step leaves them to be dropped by `_bind`.
+        """
+        async def at_end() -> AsyncIterator[None]:
+            try:
+                yield
+            finally:
+                if self._loop is loop:  # still this loop's brake
+                    self._loop = None
+                    try:
+                        await self._close_connections()
+                    except Exception as error:  # closing at the loop's end is best effort
+                        logger.debug("distbrake: closing connections at the loop's end failed (%s)",
+                                     type(error).__name__)
+
+        self._loop_end = at_end()
+        step = self._loop_end.asend(None)  # the first step, run now: it registers with the loop
+        try:
+            step.send(None)
+        except StopIteration:
+            pass
+
+    async def _enter(self) -> None:
+        """What every operation does first: bind to the running loop (moving from an ended one)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop and self._bind(loop, forgiving=True):
+            await self._drop_cluster_connections()
+
+    async def _drop_cluster_connections(self) -> None:
+        """Drop a caller's cluster client's connections of an earlier loop (never raises on them)."""
+        manager = getattr(self.client, "nodes_manager", None)
+        # Both maps: a startup node and the node of the same name in the cache may be two objects.
+        nodes = {id(node): node for name in ("startup_nodes", "nodes_cache")
+                 for node in getattr(manager, name, {}).values()}
+        for node in nodes.values():
+            # Each of its connections is forgotten even when closing it fails (the loop is gone).
+            with contextlib.suppress(RuntimeError, OSError, redis.exceptions.RedisError):
+                await node.disconnect()
+
+    async def _close_connections(self) -> None:
+        close = getattr(self.client, "aclose", None) or getattr(self.client, "close", None)
+        if callable(close):
+            await close()
+        # A Sentinel-managed master: its pool asks the sentinels through clients of their own.
+        manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
 
     # -- operations -------------------------------------------------------------------
 
     async def inspect(self, session_id: str) -> SessionState | None:
         """The session's record, or None when it has none (never seen, cleared or expired)."""
+        await self._enter()
         pipe = self.queue_state_reads(self.client.pipeline(transaction=False), [self.key(session_id)])
         states = self.decode_states(await pipe.execute(), await self.client.time(), None)
         return states[0] if states else None
 
     async def clear(self, session_id: str) -> bool:
         """Forget the session's streak; True when there was one."""
+        await self._enter()
         return bool(await self.client.delete(self.key(session_id)))
 
     async def _key_batches(self) -> AsyncIterator[list[Any]]:
@@ -310,6 +498,7 @@ class AsyncDistributedBrake(DistributedBase):
 
     async def sessions(self, match: str | None = None) -> AsyncIterator[SessionState]:
         """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
+        await self._enter()
         async for keys in self._key_batches():
             pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
             replies = await pipe.execute(raise_on_error=False)
@@ -318,6 +507,7 @@ class AsyncDistributedBrake(DistributedBase):
 
     async def clear_all(self) -> int:
         """Forget every session under this prefix (and nothing else); returns how many."""
+        await self._enter()
         cleared = 0
         for batch in [batch async for batch in self._key_batches()]:
             reads = self.queue_state_reads(self.client.pipeline(transaction=False), batch)
@@ -328,16 +518,18 @@ class AsyncDistributedBrake(DistributedBase):
         return cleared
 
     async def ping(self) -> bool:
+        await self._enter()
         return bool(await self.client.ping())
 
     async def aclose(self) -> None:
-        close = getattr(self.client, "aclose", None) or getattr(self.client, "close", None)
-        if callable(close):
-            await close()
-        # A Sentinel-managed master: its pool asks the sentinels through clients of their own.
-        manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
-        for sentinel in getattr(manager, "sentinels", ()):
-            await sentinel.aclose()
+        """Close every connection the brake opened, the sentinels' included (a brake from a URL owns its client).
+
+        From a loop other than the one the connections belong to (an earlier
+        `asyncio.run`), those connections cannot be closed: they are dropped,
+        and this does not fail on them.
+        """
+        await self._enter()
+        await self._close_connections()
 
     async def __aenter__(self) -> AsyncDistributedBrake:
         return self

@@ -15,6 +15,7 @@ import redis.exceptions
 
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..policy import NO_TRY, FailureHandler
+from ..rules import result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
@@ -120,6 +121,31 @@ class DistributedBase(GuardMixin, BrakeCore):
 
     def encode(self, call: PreparedCall) -> tuple[str, tuple[bytes | int, ...]]:
         return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms)
+
+    def observation(self, verdict: Verdict, result: object) -> tuple[str, tuple[bytes | int, ...]] | None:
+        """KEYS[1] and ARGV of the observation of `verdict`'s result, or None when there is nothing to send.
+
+        Only a progress-aware tool's verdict carries what an observation needs;
+        a verdict of the fallback is observed in the fallback, one of the
+        `open` policy nowhere (nothing was counted).
+        """
+        call = verdict.observe_token
+        if not isinstance(call, PreparedCall):
+            return None
+        digest = result_digest(result)
+        if verdict.decided_by != "redis":
+            if verdict.decided_by == "fallback":
+                self.failures.local.observe_digest(call, digest)
+            return None
+        key, argv = self.encode(call)
+        return key, (*argv, digest)
+
+    def observation_failed(self, error: BaseException) -> None:
+        """An observation Redis did not take: the streak goes on as if the result had not changed."""
+        logger.warning(
+            "distbrake: the result of a progress-aware call was not recorded (%s); its streak goes on",
+            type(error).__name__,
+        )
 
     @staticmethod
     def queue_state_reads(pipe: Any, keys: list[Any]) -> Any:

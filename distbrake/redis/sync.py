@@ -24,6 +24,7 @@ from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
 from .connect import sync_client
+from .topology import is_topology_error, refresh_topology, retry_after, topology_error
 from .wire import resp_evalsha, resp_script_load, script_sha, script_source
 
 __all__ = ["DistributedBrake"]
@@ -74,13 +75,52 @@ class DistributedBrake(SyncCheck, DistributedBase):
             raise
         return self.verdict(call, reply, ticket)
 
-    def _evalsha(self, key: str, argv: tuple[bytes | int, ...]) -> Any:
-        """EVALSHA through the client (Cluster routes it); NOSCRIPT loads and sends again."""
+    def observe(self, verdict: Verdict, result: object) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak.
+
+        One more round trip, for progress-aware tools only; a no-op otherwise.
+        """
+        observation = self.observation(verdict, result)
+        if observation is None:
+            return
+        key, argv = observation
         try:
-            return self.client.evalsha(script_sha(), 1, key, *argv)
-        except redis.exceptions.NoScriptError:
-            self.client.script_load(script_source())
-            return self.client.evalsha(script_sha(), 1, key, *argv)
+            if self._direct:
+                self._on_connection(resp_evalsha(key, argv))
+            else:
+                self._evalsha(key, argv)
+        except BACKEND_ERRORS as error:
+            self.observation_failed(error)
+
+    def _evalsha(self, key: str, argv: tuple[bytes | int, ...]) -> Any:
+        """EVALSHA through the client (Cluster routes it); NOSCRIPT loads and sends again.
+
+        On a Cluster whose topology changes under the check (a reshard, a
+        failover), a redirect that failed (redis-py's cluster client failing
+        inside itself, or a MOVED/ASK it gave up on) is sent once more after
+        the slot map is read again; failing again, it is a `ClusterTopologyError`
+        and the failure policy decides (see `topology.py`). Safe: the check
+        carries its call id, so a resent check that did reach Redis is a replay.
+        """
+        def once() -> Any:
+            try:
+                return self.client.evalsha(script_sha(), 1, key, *argv)
+            except redis.exceptions.NoScriptError:
+                self.client.script_load(script_source())
+                return self.client.evalsha(script_sha(), 1, key, *argv)
+
+        try:
+            return once()
+        except Exception as error:
+            if not retry_after(error):
+                raise
+        refresh_topology(self.client)
+        try:
+            return once()
+        except Exception as error:
+            if is_topology_error(error):
+                raise topology_error(error) from error
+            raise
 
     def _connection(self) -> Any:
         local = self._local

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
@@ -40,7 +41,7 @@ SCRIPT_FILE = "brake.lua"
 SESSION_BYTES = 128  # longest session id kept for inspection (the key is always a hash)
 TOOL_BYTES = 64  # longest tool name kept for inspection
 KEY_CHARS = 18  # base64url characters of sha256(session id) in the key: 108 bits
-FIELDS = (b"s", b"h")  # see lua/brake.lua
+FIELDS = (b"s", b"h", b"j")  # see lua/brake.lua
 
 
 @lru_cache(maxsize=1)
@@ -151,7 +152,17 @@ def encode_call(
         ttl_ms,
         bytes((len(tool),)) + tool + _cut(call.session_id, SESSION_BYTES),
         window_ms,
+        judged_by(call.max_repeats, call.warn_at, call.enforce),
     )
+
+
+@lru_cache(maxsize=256)
+def judged_by(max_repeats: int, warn_at: int | None, enforce: bool) -> bytes:
+    """ARGV[6]: what a check is judged by, as the record keeps it ("3", "5w2s")."""
+    return b"%d%s%s" % (max_repeats, b"w%d" % warn_at if warn_at else b"", b"" if enforce else b"s")
+
+
+_JUDGED = re.compile(rb"([0-9]{1,18})(?:w([0-9]{1,18}))?(s?)")
 
 
 CALL_HEAD = 21  # bytes of ARGV[1] before the call ids: call hash (16) and ttl (5)
@@ -188,19 +199,21 @@ def _text(value: object) -> str:
 
 
 def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> SessionState | None:
-    """A record's HMGET reply (s, h), its PTTL and Redis's TIME as a `SessionState`.
+    """A record's HMGET reply (s, h, j), its PTTL and Redis's TIME as a `SessionState`.
 
-    None when there is no record (or the key is not one of ours).
+    None when there is no record (or the key is not one of ours). A record
+    without j (written by a version before it) has no limit of its own.
     """
-    packed, record = fields
+    packed, record, judged = (*fields, None)[:3]
     if not isinstance(record, bytes) or len(record) < 32 or not record[31:].isdigit():
         return None
-    about = packed if isinstance(packed, bytes) else b"\x00"
+    about = packed if isinstance(packed, bytes) and packed else b"\x00"
     tool_end = 1 + about[0]
     left_ms = pttl_ms if isinstance(pttl_ms, int) and pttl_ms >= 0 else None
     ttl_ms = int.from_bytes(record[26:31], "big")
     # The last check set the expiry to its own time + ttl, on Redis's clock.
     updated = now - (ttl_ms - left_ms) / 1000 if left_ms is not None else now
+    match = _JUDGED.fullmatch(judged) if isinstance(judged, bytes) else None
     return SessionState(
         session_id=_text(about[tool_end:]),
         tool_name=_text(about[1:tool_end]),
@@ -208,6 +221,9 @@ def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> Sessi
         count=int(record[31:]),
         ttl_seconds=None if left_ms is None else left_ms / 1000,
         updated_at=round(updated, 3),
+        max_repeats=int(match.group(1)) if match else None,
+        warn_at=int(match.group(2)) if match and match.group(2) else None,
+        enforcing=(not match.group(3)) if match else None,
     )
 
 
