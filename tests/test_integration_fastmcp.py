@@ -374,3 +374,89 @@ def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delitem(sys.modules, "distbrake.integrations.fastmcp")
     with pytest.raises(ImportError, match=r'pip install "distbrake\[fastmcp\]"'):
         importlib.import_module("distbrake.integrations.fastmcp")
+
+
+# -- warn before deny, progress-aware tools (issue 10) ------------------------------
+
+
+async def test_warning_reaches_the_client_with_the_result_then_denial(
+    make_brake: Callable[..., Brake],
+) -> None:
+    app = SearchServer(make_brake(warn_at=2))
+    async with Client(app.mcp) as client:
+        raw = [
+            await client.call_tool_mcp("search", ARGS, meta={"session_id": "w"}) for _ in range(3)
+        ]
+    texts = [[block.text for block in result.content] for result in raw]  # type: ignore[union-attr]
+    assert texts[0] == ["results for weather"]
+    result, warning = texts[1]
+    assert result == "results for weather"  # the tool's own result, whole
+    assert "called 2 times in a row" in warning
+    assert "the next identical call will be denied" in warning
+    assert PREFIX in warning
+    assert raw[1].is_error is False
+    assert raw[1].structured_content == raw[0].structured_content  # untouched
+    assert raw[2].is_error is True
+    assert_refusal(texts[2][0])
+    assert app.runs == 2
+
+
+async def test_shadow_mode_shows_no_warning(make_brake: Callable[..., Brake]) -> None:
+    app = SearchServer(make_brake(warn_at=2, enforce=False))
+    async with Client(app.mcp) as client:
+        raw = [await client.call_tool_mcp("search", ARGS) for _ in range(3)]
+    assert [len(result.content) for result in raw] == [1, 1, 1]
+    assert [result.is_error for result in raw] == [False] * 3
+    assert app.runs == 3
+
+
+class Poller:
+    """A FastMCP server with a progress-aware `get_job_status` that returns (or raises) what it is told."""
+
+    def __init__(self, brake: Brake, answers: list[Any]) -> None:
+        self.answers = iter(answers)
+        self.runs = 0
+        self.mcp = FastMCP("jobs", middleware=[LoopBrakeMiddleware(brake)])
+
+        @self.mcp.tool
+        def get_job_status(job: str) -> str:
+            self.runs += 1
+            answer = next(self.answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return str(answer)
+
+    async def poll(self, times: int) -> list[bool]:
+        """`is_error` of each of `times` identical polls."""
+        async with Client(self.mcp) as client:
+            return [
+                (await client.call_tool_mcp("get_job_status", {"job": "j1"})).is_error
+                for _ in range(times)
+            ]
+
+
+POLLER = {"get_job_status": {"progress": True}}
+
+
+async def test_a_poller_whose_result_changes_is_never_denied(
+    make_brake: Callable[..., Brake],
+) -> None:
+    poller = Poller(make_brake(tools=POLLER), [f"{i * 20}% done" for i in range(6)])
+    assert await poller.poll(6) == [False] * 6
+    assert poller.runs == 6
+
+
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(
+    make_brake: Callable[..., Brake],
+) -> None:
+    poller = Poller(make_brake(tools=POLLER), ["running"] * 6)
+    assert await poller.poll(3) == [False, False, True]
+    assert poller.runs == 2
+
+
+async def test_a_raised_error_is_observed_as_a_result(make_brake: Callable[..., Brake]) -> None:
+    # Result, error, result, ...: each differs from the one before, so the streak restarts.
+    answers: list[Any] = ["running", ToolError("backend busy")] * 3
+    poller = Poller(make_brake(tools=POLLER), answers)
+    assert await poller.poll(6) == [False, True, False, True, False, True]  # the tool's own errors
+    assert poller.runs == 6

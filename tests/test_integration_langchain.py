@@ -617,3 +617,165 @@ async def test_tool_call_ids_repeated_every_turn_still_count_in_a_tool_node(
 
     assert search.runs == ["weather", "weather"]
     assert_refused(scripted, "call_0")
+
+
+# -- warn before deny, progress-aware tools (issue 10) ----------------------------------
+
+
+def tool_messages(prompt: list[BaseMessage]) -> list[ToolMessage]:
+    return [m for m in prompt if isinstance(m, ToolMessage)]
+
+
+def assert_warned_then_refused(scripted: ScriptedModel) -> None:
+    """Prompt 2 (after call 1) has the bare result; prompt 3 (after call 2) the result and the warning."""
+    [first] = tool_messages(scripted.prompts[1])
+    assert first.content == "results for weather"
+    second = tool_messages(scripted.prompts[2])[-1]
+    assert second.tool_call_id == "call_2"
+    assert second.status == "success"
+    assert isinstance(second.content, str)
+    result, warning = second.content.split("\n\n")
+    assert result == "results for weather"  # the tool's own result, whole
+    assert "called 2 times in a row" in warning
+    assert "the next identical call will be denied" in warning
+    assert PREFIX in warning
+    assert_refused(scripted)
+
+
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
+def test_agent_invoke_warns_then_denies(kind: str, brakes: Callable[..., Any], search: Search) -> None:
+    scripted = repeating()
+    middleware = LoopBrakeMiddleware(brakes(kind, warn_at=2))
+    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+
+    agent.invoke(INPUT, config("t-warn"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_warned_then_refused(scripted)
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_agent_ainvoke_warns_then_denies(
+    kind: str, brakes: Callable[..., Any], search: Search
+) -> None:
+    scripted = repeating()
+    middleware = LoopBrakeMiddleware(brakes(kind, warn_at=2))
+    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+
+    await agent.ainvoke(INPUT, config("t-awarn"))
+
+    assert search.runs == ["weather", "weather"]
+    assert_warned_then_refused(scripted)
+
+
+def test_a_list_content_gets_the_warning_as_its_own_block(brakes: Callable[..., Any]) -> None:
+    @tool(response_format="content_and_artifact")
+    def search(q: str) -> tuple[list[dict[str, str]], dict[str, int]]:
+        """Search the web for q."""
+        return [{"type": "text", "text": f"results for {q}"}], {"hits": 2}
+
+    scripted = repeating()
+    agent = create_agent(
+        scripted, [search], middleware=[LoopBrakeMiddleware(brakes("loop", warn_at=2))]
+    )
+    agent.invoke(INPUT, config("t-blocks"))
+
+    second = tool_messages(scripted.prompts[2])[-1]
+    assert second.artifact == {"hits": 2}
+    result, warning = second.content
+    assert result == {"type": "text", "text": "results for weather"}
+    assert isinstance(warning, dict)
+    assert "called 2 times in a row" in warning["text"]
+
+
+def test_shadow_mode_shows_no_warning(brakes: Callable[..., Any], search: Search) -> None:
+    scripted = repeating()
+    middleware = LoopBrakeMiddleware(brakes("sync-memory", warn_at=2, enforce=False))
+    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+
+    agent.invoke(INPUT, config("t-shadow"))
+
+    assert len(search.runs) == 3
+    assert [m.content for m in tool_messages(scripted.prompts[-1])] == ["results for weather"] * 3
+
+
+POLLER = {"get_job_status": {"progress": True}}
+
+
+class Poller:
+    """A progress-aware `get_job_status` returning (or raising) the next of its answers."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.answers = iter(answers)
+        self.runs = 0
+
+        @tool
+        def get_job_status(job: str) -> str:
+            """The status of a job."""
+            self.runs += 1
+            answer = next(self.answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return str(answer)
+
+        self.tool: BaseTool = get_job_status
+
+
+def polling(n: int) -> ScriptedModel:
+    return model(*(
+        AIMessage(content="", tool_calls=[
+            {"name": "get_job_status", "args": {"job": "j1"}, "id": f"poll_{i}", "type": "tool_call"}
+        ])
+        for i in range(1, n + 1)
+    ))
+
+
+def poll_refusals(scripted: ScriptedModel) -> list[str]:
+    return [str(m.tool_call_id) for m in scripted.refusals()]
+
+
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
+def test_a_poller_whose_result_changes_is_never_denied(
+    kind: str, brakes: Callable[..., Any]
+) -> None:
+    poller, scripted = Poller([f"{i * 20}% done" for i in range(6)]), polling(6)
+    middleware = LoopBrakeMiddleware(brakes(kind, tools=POLLER))
+    agent = create_agent(scripted, [poller.tool], middleware=[middleware])
+
+    agent.invoke(INPUT, config("t-poll"))
+
+    assert poller.runs == 6
+    assert poll_refusals(scripted) == []
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(
+    kind: str, brakes: Callable[..., Any]
+) -> None:
+    poller, scripted = Poller(["running"] * 6), polling(3)
+    middleware = LoopBrakeMiddleware(brakes(kind, tools=POLLER))
+    agent = create_agent(scripted, [poller.tool], middleware=[middleware])
+
+    await agent.ainvoke(INPUT, config("t-apoll"))
+
+    assert poller.runs == 2
+    assert poll_refusals(scripted) == ["poll_3"]
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_raised_error_is_observed_as_a_result(face: str, brakes: Callable[..., Any]) -> None:
+    # Result, error, result, ...: each differs from the one before, so the streak restarts.
+    poller, scripted = Poller(["running", ValueError("backend busy")] * 3), polling(6)
+    wrap, awrap = tool_call_wrappers(brakes("sync-memory", tools=POLLER))
+    node = ToolNode([poller.tool], wrap_tool_call=wrap, awrap_tool_call=awrap, handle_tool_errors=True)
+    app = graph(scripted, node)
+
+    if face == "sync":
+        app.invoke(INPUT, config("tn-poll-raise"))
+    else:
+        await app.ainvoke(INPUT, config("tn-apoll-raise"))
+
+    assert poller.runs == 6
+    statuses = [m.status for m in tool_messages(scripted.prompts[-1])]
+    assert statuses == ["success", "error"] * 3  # the tool's own errors, never a refusal
+    assert all("loop brake" not in str(m.content) for m in tool_messages(scripted.prompts[-1]))

@@ -22,6 +22,7 @@ from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.extension import compose_tool_call_handler
+from mcp.shared.exceptions import MCPError
 
 from distbrake import LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
@@ -288,3 +289,112 @@ def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delitem(sys.modules, "distbrake.integrations.mcp")
     with pytest.raises(ImportError, match=r'pip install "distbrake\[mcp\]"'):
         importlib.import_module("distbrake.integrations.mcp")
+
+
+# -- warn before deny, progress-aware tools (issue 10) ------------------------------
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_warning_reaches_the_client_with_the_result_then_denial(
+    make_brake: Callable[..., Brake], wiring: str
+) -> None:
+    app = SearchServer(make_brake(warn_at=2), wiring)
+    async with Client(app.server) as client:
+        raw = [
+            await client.call_tool("search", ARGS, meta={"session_id": "w"})  # type: ignore[arg-type]
+            for _ in range(3)
+        ]
+    texts = [[block.text for block in result.content] for result in raw]  # type: ignore[union-attr]
+    assert texts[0] == ["results for weather"]
+    result, warning = texts[1]
+    assert result == "results for weather"  # the tool's own result, whole
+    assert "called 2 times in a row" in warning
+    assert "the next identical call will be denied" in warning
+    assert PREFIX in warning
+    assert raw[1].is_error is False
+    assert raw[2].is_error is True
+    assert_refusal(texts[2][0])
+    assert app.runs == 2
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_shadow_mode_shows_no_warning(make_brake: Callable[..., Brake], wiring: str) -> None:
+    app = SearchServer(make_brake(warn_at=2, enforce=False), wiring)
+    async with Client(app.server) as client:
+        raw = [await client.call_tool("search", ARGS) for _ in range(3)]
+    assert [(len(r.content), r.is_error) for r in raw] == [(1, False)] * 3
+    assert app.runs == 3
+
+
+POLLER = {"get_job_status": {"progress": True}}
+
+
+class PollServer:
+    """A low-level server with a progress-aware `get_job_status` returning (or raising) what it is told."""
+
+    def __init__(self, brake: Brake, wiring: str, answers: list[Any]) -> None:
+        self.answers = iter(answers)
+        self.runs = 0
+        handler: Any
+        if wiring == "wrap":
+            handler = brake_call_tool(self.call_tool, brake)
+        else:
+            handler = compose_tool_call_handler([LoopBrakeExtension(brake)], self.call_tool)
+        self.server = Server("jobs", on_list_tools=self.list_tools, on_call_tool=handler)
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        schema = {"type": "object", "properties": {"job": {"type": "string"}}}
+        return types.ListToolsResult(tools=[types.Tool(name="get_job_status", input_schema=schema)])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        self.runs += 1
+        answer = next(self.answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=str(answer))],
+            structured_content={"status": answer},
+        )
+
+    async def poll(self, times: int) -> list[str]:
+        """What each of `times` identical polls gave: "ok", "denied" or "raised"."""
+        seen = []
+        async with Client(self.server) as client:
+            for _ in range(times):
+                try:
+                    result = await client.call_tool("get_job_status", {"job": "j1"})
+                except MCPError:  # the handler's own exception, as the client sees it
+                    seen.append("raised")
+                    continue
+                seen.append("denied" if result.is_error else "ok")
+        return seen
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_a_poller_whose_result_changes_is_never_denied(
+    make_brake: Callable[..., Brake], wiring: str
+) -> None:
+    poller = PollServer(make_brake(tools=POLLER), wiring, [f"{i * 20}%" for i in range(6)])
+    assert await poller.poll(6) == ["ok"] * 6
+    assert poller.runs == 6
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(
+    make_brake: Callable[..., Brake], wiring: str
+) -> None:
+    poller = PollServer(make_brake(tools=POLLER), wiring, ["running"] * 6)
+    assert await poller.poll(3) == ["ok", "ok", "denied"]
+    assert poller.runs == 2
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_a_raised_error_is_observed_as_a_result(wiring: str) -> None:
+    answers: list[Any] = ["running", RuntimeError("backend busy")] * 3
+    poller = PollServer(LoopBrake(tools=POLLER), wiring, answers)
+    assert await poller.poll(6) == ["ok", "raised"] * 3  # each differs from the one before
+    assert poller.runs == 6

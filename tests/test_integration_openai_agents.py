@@ -22,10 +22,12 @@ from agents import (
     ToolGuardrailFunctionOutput,
     ToolInputGuardrailData,
     ToolInputGuardrailTripwireTriggered,
+    ToolOutputText,
     WebSearchTool,
     function_tool,
     tool_input_guardrail,
 )
+from agents.exceptions import UserError
 from agents.run_config import ToolExecutionConfig
 from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -367,3 +369,130 @@ def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delitem(sys.modules, "distbrake.integrations.openai_agents")
     with pytest.raises(ImportError, match=r'pip install "distbrake\[openai-agents\]"'):
         importlib.import_module("distbrake.integrations.openai_agents")
+
+
+# -- warn before deny, progress-aware tools (issue 10) ------------------------------
+
+
+def outputs_of(model: ScriptedModel, turn: int) -> dict[str, Any]:
+    """call_id -> function_call_output in the input of the model's call number `turn` (from 0)."""
+    found: dict[str, Any] = {}
+    for item in model.calls[turn].input:
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            found[item["call_id"]] = item["output"]
+    return found
+
+
+async def test_warning_reaches_the_model_with_the_output_then_denial(
+    make_brake: Callable[..., Brake],
+) -> None:
+    search, model = Search(), one_call_per_turn()
+    agent = attach_loop_brake(
+        Agent(name="researcher", model=model, tools=[search.tool()]), make_brake(warn_at=2)
+    )
+    result = await Runner.run(agent, "weather?", run_config=config())
+    assert result.final_output == "final answer"
+    assert search.runs == 2
+    assert outputs_of(model, 1) == {"call_1": "results for weather"}
+    output, warning = outputs_of(model, 2)["call_2"].split("\n\n")
+    assert output == "results for weather"  # the tool's own output, whole
+    assert "called 2 times in a row" in warning
+    assert "the next identical call will be denied" in warning
+    assert PREFIX in warning
+    assert_refusal(outputs(model)["call_3"])
+    behaviors = [r.output.behavior["type"] for r in result.tool_input_guardrail_results]
+    assert behaviors == ["allow", "allow", "reject_content"]
+
+
+async def test_a_structured_output_gets_the_warning_as_its_own_text() -> None:
+    def search(q: str) -> list[ToolOutputText]:
+        """Search the web."""
+        return [ToolOutputText(text=f"results for {q}")]
+
+    model = one_call_per_turn()
+    agent = attach_loop_brake(
+        Agent(name="researcher", model=model, tools=[function_tool(search)]), LoopBrake(warn_at=2)
+    )
+    await Runner.run(agent, "weather?", run_config=config())
+    output, warning = outputs_of(model, 2)["call_2"]
+    assert output["text"] == "results for weather"
+    assert "called 2 times in a row" in warning["text"]
+
+
+async def test_shadow_mode_shows_no_warning(make_brake: Callable[..., Brake]) -> None:
+    search, model = Search(), one_call_per_turn()
+    agent = attach_loop_brake(
+        Agent(name="researcher", model=model, tools=[search.tool()]),
+        make_brake(warn_at=2, enforce=False),
+    )
+    await Runner.run(agent, "weather?", run_config=config())
+    assert search.runs == 3
+    assert set(outputs(model).values()) == {"results for weather"}
+
+
+POLLER = {"get_job_status": {"progress": True}}
+
+
+class Poller:
+    """A progress-aware `get_job_status` tool returning (or raising) its answers, polled `polls` times."""
+
+    def __init__(self, brake: Brake, answers: list[Any], polls: int, **tool: Any) -> None:
+        self.answers = iter(answers)
+        self.runs = 0
+
+        def get_job_status(job: str) -> str:
+            """The status of a job."""
+            self.runs += 1
+            answer = next(self.answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return str(answer)
+
+        turns: list[Any] = [
+            [function_call("get_job_status", {"job": "j1"}, call_id=f"poll_{i}")]
+            for i in range(1, polls + 1)
+        ]
+        self.model = ScriptedModel([*turns, [assistant_message("done")]])
+        self.agent = attach_loop_brake(
+            Agent(name="poller", model=self.model, tools=[function_tool(get_job_status, **tool)]),
+            brake,
+        )
+
+    async def refusals(self) -> list[str]:
+        await Runner.run(self.agent, "status?", run_config=config())
+        return [call_id for call_id, output in outputs(self.model).items() if "loop brake" in output]
+
+
+async def test_a_poller_whose_result_changes_is_never_denied(
+    make_brake: Callable[..., Brake],
+) -> None:
+    poller = Poller(make_brake(tools=POLLER), [f"{i * 20}% done" for i in range(6)], 6)
+    assert await poller.refusals() == []
+    assert poller.runs == 6
+
+
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(
+    make_brake: Callable[..., Brake],
+) -> None:
+    poller = Poller(make_brake(tools=POLLER), ["running"] * 6, 3)
+    assert await poller.refusals() == ["poll_3"]
+    assert poller.runs == 2
+
+
+@pytest.mark.parametrize("failure", ["default", "none"])
+async def test_a_raised_error_is_observed_as_a_result(failure: str) -> None:
+    # Result, error, result, ...: each differs from the one before, so the streak restarts.
+    answers: list[Any] = ["running", RuntimeError("backend busy")] * 3
+    brake = LoopBrake(tools=POLLER)
+    if failure == "default":  # the SDK turns the exception into an error text the model reads
+        poller = Poller(brake, answers, 6)
+        assert await poller.refusals() == []
+        assert poller.runs == 6
+        return
+    poller = Poller(brake, answers, 2, failure_error_function=None)
+    with pytest.raises(UserError, match="backend busy"):  # observed, re-raised, wrapped by the SDK
+        await poller.refusals()
+    assert poller.runs == 2
+    state = brake.inspect("conv-1")
+    assert state is not None
+    assert state.count == 1  # the error differed from the result before: the streak restarted

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -26,6 +27,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -388,3 +390,134 @@ def test_tool_call_ids_repeated_every_turn_still_count(kind: str, brakes: Any) -
     assert worker.runs == ["weather", "weather"]
     [refusal] = script.refusals()
     assert "loop brake" in refusal.model_response_str()
+
+
+# -- warn before deny, progress-aware tools (issue 10) -------------------------------------
+
+
+def last_request(prompt: list[ModelMessage]) -> ModelRequest:
+    request = prompt[-1]
+    assert isinstance(request, ModelRequest)
+    return request
+
+
+def warnings_in(prompt: list[ModelMessage]) -> list[str]:
+    """The user-prompt texts in the last request of `prompt` (where a warning goes)."""
+    return [
+        part.content for part in last_request(prompt).parts
+        if isinstance(part, UserPromptPart) and isinstance(part.content, str)
+    ]
+
+
+def assert_warned_then_refused(script: Script) -> None:
+    """After call 1 the bare result; after call 2 the result and the warning; call 3 refused."""
+    assert warnings_in(script.prompts[1]) == []
+    request = last_request(script.prompts[2])
+    [result] = [part for part in request.parts if isinstance(part, ToolReturnPart)]
+    assert (result.tool_call_id, result.content) == ("call_2", "results for weather")
+    assert result.outcome == "success"
+    [warning] = warnings_in(script.prompts[2])
+    assert "called 2 times in a row" in warning
+    assert "the next identical call will be denied" in warning
+    assert PREFIX in warning
+    assert_refused(script)
+
+
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
+def test_run_sync_warns_then_denies(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeCapability(brakes(kind, warn_at=2)))
+
+    worker.agent.run_sync("weather?", conversation_id="conv-warn")
+
+    assert worker.runs == ["weather", "weather"]
+    assert_warned_then_refused(worker.script)
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_run_warns_then_denies(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeCapability(brakes(kind, warn_at=2)))
+
+    await worker.agent.run("weather?", conversation_id="conv-awarn")
+
+    assert worker.runs == ["weather", "weather"]
+    assert_warned_then_refused(worker.script)
+
+
+async def test_two_capabilities_of_one_brake_warn_once(brakes: Any) -> None:
+    brake = brakes("loop", warn_at=2)
+    worker = Worker(repeating(), LoopBrakeCapability(brake), LoopBrakeCapability(brake))
+
+    await worker.agent.run("weather?")
+
+    assert_warned_then_refused(worker.script)  # exactly one warning
+
+
+def test_shadow_mode_shows_no_warning(brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeCapability(brakes("sync-memory", warn_at=2, enforce=False)))
+
+    worker.agent.run_sync("weather?")
+
+    assert len(worker.runs) == 3
+    assert all(warnings_in(prompt) == [] for prompt in worker.script.prompts[1:])
+    assert worker.script.refusals() == []
+
+
+POLLER = {"get_job_status": {"progress": True}}
+
+
+class Poller:
+    """An agent polling a progress-aware `get_job_status` that returns (or raises) its answers."""
+
+    def __init__(self, brake: Any, answers: list[Any], polls: int) -> None:
+        self.answers = iter(answers)
+        self.runs = 0
+        self.script = Script(*(
+            [ToolCallPart("get_job_status", {"job": "j1"}, tool_call_id=f"poll_{i}")]
+            for i in range(1, polls + 1)
+        ))
+        self.agent: Agent[None, str] = Agent(self.script.model, capabilities=[LoopBrakeCapability(brake)])
+
+        @self.agent.tool_plain
+        def get_job_status(job: str) -> str:
+            """The status of a job."""
+            self.runs += 1
+            answer = next(self.answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return str(answer)
+
+    def brake_refusals(self) -> list[str]:
+        return [p.tool_call_id for p in self.script.refusals() if "loop brake" in p.model_response_str()]
+
+
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
+def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: Any) -> None:
+    poller = Poller(brakes(kind, tools=POLLER), [f"{i * 20}% done" for i in range(6)], 6)
+
+    poller.agent.run_sync("status?")
+
+    assert poller.runs == 6
+    assert poller.brake_refusals() == []
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(
+    kind: str, brakes: Any
+) -> None:
+    poller = Poller(brakes(kind, tools=POLLER), ["running"] * 6, 3)
+
+    await poller.agent.run("status?")
+
+    assert poller.runs == 2
+    assert poller.brake_refusals() == ["poll_3"]
+
+
+async def test_a_raised_error_is_observed_as_a_result(brakes: Any) -> None:
+    # Result, failure, result, ...: each differs from the one before, so the streak restarts.
+    poller = Poller(brakes("sync-memory", tools=POLLER), ["running", ToolFailed("busy")] * 3, 6)
+
+    await poller.agent.run("status?")
+
+    assert poller.runs == 6
+    assert poller.brake_refusals() == []
+    assert [p.tool_call_id for p in poller.script.refusals()] == ["poll_2", "poll_4", "poll_6"]

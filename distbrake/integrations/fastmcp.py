@@ -44,6 +44,16 @@ identity. The JSON-RPC request id is not a call id either (it is unique per
 connection only); a retrying client may send `_meta` entry `call_id_key`
 (default `"call_id"`): the same call id with the same arguments in the same
 session is counted once.
+
+Warnings and progress-aware tools
+---------------------------------
+An allowed call whose verdict carries a warning (the brake's `warn_at`) gets
+it appended to the `ToolResult` as one more `TextContent` block; the tool's
+own content, `structured_content`, `meta` and `is_error` are kept. Nothing is
+added in shadow mode (`enforce=False`). For a progress-aware tool
+(`tools={"poll": {"progress": True}}`) the result (content, structured
+content, error flag; never `meta`) or the exception the tool raised is
+observed after `call_next`, so a poller whose result changes is never denied.
 """
 
 from __future__ import annotations
@@ -69,11 +79,13 @@ from .mcp import (
     DEFAULT_CALL_ID_KEY,
     DEFAULT_META_KEY,
     chosen_session,
-    denial,
     meta_value,
+    observe_result,
     principal_session,
+    screen,
     session_for,
     transport_session,
+    warning_of,
 )
 
 __all__ = ["LoopBrakeMiddleware", "resolve_session"]
@@ -151,10 +163,20 @@ class LoopBrakeMiddleware(Middleware):
         call_next: CallNext[mt.CallToolRequestParams, ToolResult],
     ) -> ToolResult:
         message = context.message
-        error = await denial(
+        verdict, error = await screen(
             self.brake, message.name, message.arguments, self.session(context),
             meta_value(_meta(context), self.call_id_key),
         )
         if error is not None:
             raise ToolError(str(error)) from error
-        return await call_next(context)
+        try:
+            result = await call_next(context)
+        except BaseException as raised:
+            await observe_result(self.brake, verdict, raised)
+            raise
+        await observe_result(self.brake, verdict, result)
+        warning = warning_of(verdict)
+        if warning is None:
+            return result
+        block = mt.TextContent(type="text", text=warning)
+        return result.model_copy(update={"content": [*result.content, block]})

@@ -33,6 +33,17 @@ On denial the tool does not run, and:
   `create_agent`, or a `ToolNode` with the default `handle_tool_errors`; a
   `ToolNode(handle_tool_errors=True)` turns it into an error message instead).
 
+Warnings and progress-aware tools: when an allowed call's verdict carries a
+warning (the brake's `warn_at`), the `ToolMessage` the tool produced reaches
+the model with the warning added: appended as a separate paragraph to a str
+content, or as one more `{"type": "text"}` block to a list content; its
+status, artifact, name and ids are kept (a `Command` result gets it on the
+`ToolMessage` of this call in its update). Nothing is added in shadow mode
+(`enforce=False`). For a progress-aware tool (`tools={"poll": {"progress":
+True}}`) the result the tool produced (the `ToolMessage`'s content and
+status, never its ids) or the exception it raised is observed after it runs,
+so a poller whose result changes is never denied.
+
 Sync (`invoke`, `stream`) and async (`ainvoke`, `astream`) runs are both
 supported. An `AsyncDistributedBrake` works in async runs only: a sync run
 raises `TypeError` before the tool runs (its Redis connections belong to the
@@ -47,6 +58,7 @@ only `awrap_tool_call` runs sync invocations without any wrapper at all.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, Literal, get_args
@@ -67,7 +79,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     ) from error
 
 from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck, is_async_brake
+from ..wrap import Brake, acheck, aobserve, is_async_brake
 from .options import check_adapter_options
 
 __all__ = ["LoopBrakeMiddleware", "OnDeny", "tool_call_wrappers"]
@@ -116,6 +128,56 @@ def _thread_id(request: ToolCallRequest) -> str | None:
     if thread is None or thread == "":
         return None
     return thread if isinstance(thread, str) else str(thread)
+
+
+def _observed(result: object) -> object:
+    """What of a tool's result is observed for a progress-aware tool (never the call's ids)."""
+    if isinstance(result, ToolMessage):
+        return {"content": result.content, "status": result.status}
+    if isinstance(result, Command) and isinstance(result.update, dict):
+        messages = result.update.get("messages")
+        if isinstance(messages, list):
+            return [_observed(m) for m in messages if isinstance(m, ToolMessage)]
+    return result
+
+
+def _warned_message(message: ToolMessage, warning: str) -> ToolMessage:
+    """`message` with `warning` added to its content; everything else kept."""
+    content = message.content
+    if isinstance(content, str):
+        new: Any = f"{content}\n\n{warning}" if content else warning
+    else:
+        new = [*content, {"type": "text", "text": warning}]
+    return message.model_copy(update={"content": new})
+
+
+def _with_warning(result: ToolResult, warning: str | None, tool_call_id: str | None) -> ToolResult:
+    """The tool's result as the model should read it: with the brake's warning, if any."""
+    if warning is None:
+        return result
+    if isinstance(result, ToolMessage):
+        return _warned_message(result, warning)
+    update = result.update
+    if isinstance(update, dict) and isinstance(update.get("messages"), list):
+        messages = list(update["messages"])
+        for i, message in enumerate(messages):
+            if isinstance(message, ToolMessage) and (
+                tool_call_id is None or message.tool_call_id == tool_call_id
+            ):
+                messages[i] = _warned_message(message, warning)
+                return dataclasses.replace(result, update={**update, "messages": messages})
+    return result
+
+
+def _warning(verdict: Any) -> str | None:
+    warning = getattr(verdict, "warning", None)
+    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
+        return None
+    return warning
+
+
+def _needs_observation(verdict: Any) -> bool:
+    return getattr(verdict, "observe_token", None) is not None
 
 
 class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -167,16 +229,24 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if mark is not None and _running.get() == mark:
             return handler(request)  # an outer layer with this brake checked it
         try:
-            self.brake.check(tool, args, session_id=session_id, call_id=call_id)
+            verdict = self.brake.check(tool, args, session_id=session_id, call_id=call_id)
         except LoopBrakeError as error:
             if self.on_deny == "raise":
                 raise
             return self._deny(request, error)
+        observe = self.brake.observe if _needs_observation(verdict) else None  # type: ignore[attr-defined]
         token = _running.set(mark)
         try:
-            return handler(request)
+            result = handler(request)
+        except BaseException as raised:
+            if observe is not None:
+                observe(verdict, raised)
+            raise
         finally:
             _running.reset(token)
+        if observe is not None:
+            observe(verdict, _observed(result))
+        return _with_warning(result, _warning(verdict), request.tool_call.get("id"))
 
     async def awrap_tool_call(
         self,
@@ -189,16 +259,24 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if mark is not None and _running.get() == mark:
             return await handler(request)  # an outer layer with this brake checked it
         try:
-            await acheck(self.brake, tool, args, session_id=session_id, call_id=call_id)
+            verdict = await acheck(self.brake, tool, args, session_id=session_id, call_id=call_id)
         except LoopBrakeError as error:
             if self.on_deny == "raise":
                 raise
             return self._deny(request, error)
+        observe = _needs_observation(verdict)
         token = _running.set(mark)
         try:
-            return await handler(request)
+            result = await handler(request)
+        except BaseException as raised:
+            if observe:
+                await aobserve(self.brake, verdict, raised)
+            raise
         finally:
             _running.reset(token)
+        if observe:
+            await aobserve(self.brake, verdict, _observed(result))
+        return _with_warning(result, _warning(verdict), request.tool_call.get("id"))
 
 
 def tool_call_wrappers(

@@ -51,6 +51,17 @@ The JSON-RPC request id is not a call id (it is only unique per connection).
 A client that retries a request may send `_meta` entry `call_id_key` (default
 `"call_id"`): the same call id with the same arguments in the same session is
 counted once.
+
+Warnings and progress-aware tools
+---------------------------------
+An allowed call whose verdict carries a warning (the brake's `warn_at`) gets
+it appended to the tool's result as one more `TextContent` block (the
+tool's own content, `structuredContent`, `isError` and `_meta` are kept), so
+the client's model reads when denial begins. Nothing is added in shadow mode
+(`enforce=False`). For a progress-aware tool (`tools={"poll": {"progress":
+True}}`) the result is observed after the handler returns (content,
+structured content and the error flag, never `_meta`), or the exception it
+raised, so a poller whose result changes is never denied.
 """
 
 from __future__ import annotations
@@ -62,7 +73,7 @@ from urllib.parse import quote
 from uuid import uuid4
 
 from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck
+from ..wrap import Brake, acheck, aobserve
 
 try:
     import mcp_types as types
@@ -87,6 +98,7 @@ __all__ = [
     "resolve_session",
     "session_for",
     "transport_session",
+    "with_warning",
 ]
 
 DEFAULT_META_KEY = "session_id"
@@ -173,6 +185,21 @@ def transport_session(
     return TRANSPORT_PREFIX + str(state.setdefault(_CONNECTION_KEY, uuid4().hex))
 
 
+async def screen(
+    brake: Brake,
+    tool: str,
+    arguments: Mapping[str, Any] | None,
+    session_id: str | None,
+    call_id: str | None,
+) -> tuple[Any, LoopBrakeError | None]:
+    """Check one `tools/call`: `(verdict, None)` when it is allowed, `(None, error)` when denied."""
+    try:
+        verdict = await acheck(brake, tool, arguments or {}, session_id=session_id, call_id=call_id)
+    except LoopBrakeError as error:
+        return None, error
+    return verdict, None
+
+
 async def denial(
     brake: Brake,
     tool: str,
@@ -181,11 +208,50 @@ async def denial(
     call_id: str | None,
 ) -> LoopBrakeError | None:
     """Check one `tools/call`; the `LoopBrakeError` when it is denied, else None."""
-    try:
-        await acheck(brake, tool, arguments or {}, session_id=session_id, call_id=call_id)
-    except LoopBrakeError as error:
-        return error
-    return None
+    return (await screen(brake, tool, arguments, session_id, call_id))[1]
+
+
+def warning_of(verdict: Any) -> str | None:
+    """The warning to show the model for an allowed verdict (never in shadow mode)."""
+    warning = getattr(verdict, "warning", None)
+    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
+        return None
+    return warning
+
+
+def observed(result: object) -> object:
+    """What of a tool result is observed for a progress-aware tool: never its `_meta`."""
+    if isinstance(result, BaseException):
+        return result
+    if isinstance(result, Mapping):
+        return {k: v for k, v in result.items() if k not in ("_meta", "meta")}
+    dump = getattr(result, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json", by_alias=True, exclude_none=True, exclude={"meta"})
+        except Exception:  # an unusual model: digest it as it is
+            return result
+    return result
+
+
+async def observe_result(brake: Brake, verdict: Any, result: object) -> None:
+    """Record a progress-aware tool's result (or raised exception); nothing for other tools."""
+    if getattr(verdict, "observe_token", None) is not None:
+        await aobserve(brake, verdict, observed(result))
+
+
+def with_warning(result: ResultT, warning: str | None) -> ResultT:
+    """`result` with `warning` appended as a text content block (a `CallToolResult` or its
+    wire dict; anything else unchanged)."""
+    if warning is None:
+        return result
+    if isinstance(result, Mapping) and isinstance(result.get("content"), list):
+        text = {"type": "text", "text": warning}
+        return {**result, "content": [*result["content"], text]}  # type: ignore[return-value]
+    if not isinstance(result, types.CallToolResult):
+        return result
+    block = types.TextContent(type="text", text=warning)
+    return result.model_copy(update={"content": [*result.content, block]})
 
 
 def chosen_session(
@@ -277,14 +343,23 @@ class _Gate:
             self.session_from, ctx, lambda c: resolve_session(c, meta_key=self.meta_key)
         )
 
-    async def deny(
-        self, ctx: Context, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | None:
-        error = await denial(
+    async def run(
+        self, ctx: Context, params: types.CallToolRequestParams, call: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Check the call; run `call()` only when it is allowed, then observe and warn."""
+        verdict, error = await screen(
             self.brake, params.name, params.arguments, self.session(ctx),
             meta_value(request_meta(ctx), self.call_id_key),
         )
-        return None if error is None else denial_result(error)
+        if error is not None:
+            return denial_result(error)
+        try:
+            result = await call()
+        except BaseException as raised:
+            await observe_result(self.brake, verdict, raised)
+            raise
+        await observe_result(self.brake, verdict, result)
+        return with_warning(result, warning_of(verdict))
 
 
 def brake_call_tool(
@@ -308,10 +383,10 @@ def brake_call_tool(
     async def braked(
         ctx: CtxT, params: types.CallToolRequestParams
     ) -> ResultT | types.CallToolResult:
-        denied = await gate.deny(ctx, params)
-        if denied is not None:
-            return denied
-        return await handler(ctx, params)
+        result: ResultT | types.CallToolResult = await gate.run(
+            ctx, params, lambda: handler(ctx, params)
+        )
+        return result
 
     return braked
 
@@ -344,7 +419,5 @@ class LoopBrakeExtension(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> HandlerResult:
-        denied = await self._gate.deny(ctx, params)
-        if denied is not None:
-            return denied
-        return await call_next(ctx)
+        result: HandlerResult = await self._gate.run(ctx, params, lambda: call_next(ctx))
+        return result

@@ -35,6 +35,33 @@ every brake's check is one atomic step (a lock in process, one Lua script in
 Redis), and the guardrail makes exactly one awaited call per tool call, so
 three identical calls in one turn still give counts 1, 2, 3.
 
+Warnings and progress-aware tools
+---------------------------------
+A tool input guardrail can allow or reject a call but cannot touch its
+output, and a tool output guardrail can only replace the output by
+*rejecting* it (recorded as a rejection, the output schema bypassed). So
+`attach_loop_brake` (and `brake_function_tool` for one tool) also wraps each
+tool's `on_invoke_tool`: the guardrail hands the allowed call's verdict to
+the wrapper (through a context variable: the SDK runs each call in its own
+task, created after the guardrail ran), which, after the tool body returns:
+
+* for a progress-aware tool (`tools={"poll": {"progress": True}}`) observes
+  the output (with the SDK's default `failure_error_function`, a body that
+  raises gives the error text as its output; with `failure_error_function=
+  None` the exception itself is observed, then re-raised), so a poller whose
+  result changes is never denied;
+* when the verdict carries a warning (the brake's `warn_at`; never in shadow
+  mode), appends it to the output the model reads: after a str output as a
+  separate paragraph, after structured output (`ToolOutputText`, images,
+  files, or a list of them) as one more `ToolOutputText`; any other value is
+  sent as the SDK sends it, `str(output)`, followed by the warning. A tool
+  with an output schema (`output_json_schema`) gets no warning (its output
+  must stay a JSON object).
+
+`loop_brake_guardrail` on its own (`function_tool(...,
+tool_input_guardrails=[...])`) still denies, but cannot deliver warnings or
+observe results: use `brake_function_tool(tool, brake)` for such tools.
+
 Tools of `Agent.mcp_servers` are not `FunctionTool`s of the agent: pass the
 guardrail to the server instead (`MCPServerStdio(...,
 tool_input_guardrails=[loop_brake_guardrail(brake)])`).
@@ -42,12 +69,14 @@ tool_input_guardrails=[loop_brake_guardrail(brake)])`).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, Literal, TypeVar, get_args
 
 from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck
+from ..wrap import Brake, acheck, aobserve
 from .options import check_adapter_options
 
 try:
@@ -57,6 +86,9 @@ try:
         ToolGuardrailFunctionOutput,
         ToolInputGuardrail,
         ToolInputGuardrailData,
+        ToolOutputFileContent,
+        ToolOutputImage,
+        ToolOutputText,
     )
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -67,6 +99,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 __all__ = [
     "GUARDRAIL_NAME",
     "attach_loop_brake",
+    "brake_function_tool",
     "denial_info",
     "loop_brake_guardrail",
     "resolve_session",
@@ -78,6 +111,13 @@ GUARDRAIL_NAME = "loop_brake"
 OnDeny = Literal["reject", "raise"]
 SessionFrom = Callable[[ToolInputGuardrailData], str | None]
 AgentT = TypeVar("AgentT", bound=Agent[Any])
+Invoke = Callable[[Any, str], Awaitable[Any]]
+
+# (brake, tool call id, [verdict]) of the call a guardrail just allowed; the
+# wrapped `on_invoke_tool` of that call takes the verdict (emptying the list).
+_allowed: ContextVar[tuple[Brake, str | None, list[Any]] | None] = ContextVar(
+    "distbrake_openai_agents_allowed", default=None
+)
 
 
 def _reject_constant(name: str) -> Any:
@@ -156,7 +196,7 @@ def loop_brake_guardrail(
         try:
             # One awaited, atomic check per call: safe when one turn runs
             # several identical calls concurrently.
-            await acheck(
+            verdict = await acheck(
                 brake,
                 tool_context.tool_name,
                 tool_arguments(tool_context.tool_arguments),
@@ -164,11 +204,14 @@ def loop_brake_guardrail(
                 call_id=tool_context.tool_call_id or None,
             )
         except LoopBrakeError as error:
+            _allowed.set(None)
             if on_deny == "raise":
                 return ToolGuardrailFunctionOutput.raise_exception(output_info=denial_info(error))
             return ToolGuardrailFunctionOutput.reject_content(
                 str(error), output_info=denial_info(error)
             )
+        # For the wrapped on_invoke_tool (brake_function_tool): warning, observation.
+        _allowed.set((brake, tool_context.tool_call_id or None, [verdict]))
         return ToolGuardrailFunctionOutput.allow()
 
     loop_brake.__distbrake_brake__ = brake  # type: ignore[attr-defined]
@@ -182,6 +225,94 @@ def _has_brake(tool: FunctionTool, brake: Brake) -> bool:
     )
 
 
+def _warning(verdict: Any) -> str | None:
+    warning = getattr(verdict, "warning", None)
+    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
+        return None
+    return warning
+
+
+def _structured(item: object) -> bool:
+    """A structured output item the SDK sends as such (text, image, file)."""
+    if isinstance(item, ToolOutputText | ToolOutputImage | ToolOutputFileContent):
+        return True
+    return isinstance(item, Mapping) and item.get("type") in ("text", "image", "file")
+
+
+def with_warning(output: Any, warning: str) -> Any:
+    """A tool's output as the model should read it: the output, whole, then the warning."""
+    if isinstance(output, str):
+        return f"{output}\n\n{warning}" if output else warning
+    note = ToolOutputText(text=warning)
+    if isinstance(output, list | tuple) and output and all(_structured(item) for item in output):
+        return [*output, note]
+    if _structured(output):
+        return [output, note]
+    return f"{output}\n\n{warning}"
+
+
+def _take(brake: Brake, ctx: object) -> Any:
+    """The verdict this brake's guardrail gave the call now invoked (once), or None."""
+    allowed = _allowed.get()
+    if allowed is None or allowed[0] is not brake or not allowed[2]:
+        return None
+    call_id = getattr(ctx, "tool_call_id", None)
+    if call_id and allowed[1] is not None and call_id != allowed[1]:
+        return None
+    return allowed[2].pop()
+
+
+def _braked_invoke(tool: FunctionTool, brake: Brake) -> Invoke:
+    invoke: Invoke = tool.on_invoke_tool
+
+    @functools.wraps(invoke)
+    async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
+        verdict = _take(brake, ctx)
+        if verdict is None:
+            return await invoke(ctx, arguments)
+        observe = getattr(verdict, "observe_token", None) is not None
+        try:
+            output = await invoke(ctx, arguments)
+        except BaseException as raised:
+            if observe:
+                await aobserve(brake, verdict, raised)
+            raise
+        if observe:
+            await aobserve(brake, verdict, output)
+        warning = _warning(verdict)
+        if warning is None or tool.output_json_schema is not None:
+            return output
+        return with_warning(output, warning)
+
+    on_invoke_tool.__distbrake_brake__ = brake  # type: ignore[attr-defined]
+    return on_invoke_tool
+
+
+def brake_function_tool(
+    tool: FunctionTool,
+    brake: Brake,
+    *,
+    session_from: SessionFrom | None = None,
+    on_deny: OnDeny = "reject",
+    name: str = GUARDRAIL_NAME,
+) -> FunctionTool:
+    """Brake one `FunctionTool` in place (returned): the guardrail, plus warnings and observation.
+
+    Appends a loop-brake guardrail (unless one on this brake is there) and
+    wraps `on_invoke_tool` (once per brake) so that the brake's warning reaches
+    the model with the tool's output and a progress-aware tool's output is
+    observed (see the module text).
+    """
+    if not _has_brake(tool, brake):
+        guardrail = loop_brake_guardrail(
+            brake, session_from=session_from, on_deny=on_deny, name=name
+        )
+        tool.tool_input_guardrails = [*(tool.tool_input_guardrails or ()), guardrail]
+    if getattr(tool.on_invoke_tool, "__distbrake_brake__", None) is not brake:
+        tool.on_invoke_tool = _braked_invoke(tool, brake)
+    return tool
+
+
 def attach_loop_brake(
     agent: AgentT,
     brake: Brake,
@@ -190,15 +321,17 @@ def attach_loop_brake(
     on_deny: OnDeny = "reject",
     name: str = GUARDRAIL_NAME,
 ) -> AgentT:
-    """Append one loop-brake guardrail to every `FunctionTool` of `agent`; returns `agent`.
+    """Brake every `FunctionTool` of `agent` (`brake_function_tool`); returns `agent`.
 
     The tools are changed in place (a tool shared with another agent is braked
-    there too). A tool that already has a guardrail on this brake is left
-    alone, so attaching twice never halves the limit. Tools of
-    `agent.mcp_servers`, handoffs and hosted tools are not touched.
+    there too): one loop-brake guardrail is appended, and `on_invoke_tool` is
+    wrapped for warnings and progress-aware tools. A tool that already has a
+    guardrail on this brake gets no second one, so attaching twice never
+    halves the limit. Tools of `agent.mcp_servers`, handoffs and hosted tools
+    are not touched.
     """
-    guardrail = loop_brake_guardrail(brake, session_from=session_from, on_deny=on_deny, name=name)
+    check_adapter_options(brake, on_deny, get_args(OnDeny))
     for tool in agent.tools:
-        if isinstance(tool, FunctionTool) and not _has_brake(tool, brake):
-            tool.tool_input_guardrails = [*(tool.tool_input_guardrails or ()), guardrail]
+        if isinstance(tool, FunctionTool):
+            brake_function_tool(tool, brake, session_from=session_from, on_deny=on_deny, name=name)
     return agent

@@ -36,6 +36,20 @@ On denial the tool does not run, and:
   the run on a second denial.)
 * `on_deny="raise"`: `LoopBrakeError` propagates out of `run`/`run_sync`.
 
+Warnings and progress-aware tools (`wrap_tool_execute`, around the tool's
+whole execution lifecycle): when an allowed call's verdict carries a warning
+(the brake's `warn_at`), the tool's result is returned as a
+`pydantic_ai.messages.ToolReturn` whose `return_value` is the tool's own
+result, untouched, and whose `content` is the warning: the model reads the
+result in the tool's return part and the warning as a user-prompt part of
+the same request (a tool that already returned a `ToolReturn` keeps its
+return value and metadata; the warning is added to its `content`). Nothing
+is added in shadow mode (`enforce=False`). For a progress-aware tool
+(`tools={"poll": {"progress": True}}`) the result (a `ToolReturn`'s
+`return_value`) or the exception the tool raised (`ModelRetry` and
+`ToolFailed` included; not deferrals or approvals) is observed after it
+runs, so a poller whose result changes is never denied.
+
 Every brake kind works (the hook is async): `AsyncDistributedBrake` is
 awaited, `DistributedBrake` runs in a worker thread, `LoopBrake` inline. For
 sync code (`run_sync`) prefer `DistributedBrake`: an `AsyncDistributedBrake`
@@ -46,14 +60,20 @@ and concurrent runs.
 
 from __future__ import annotations
 
+import dataclasses
 from contextvars import ContextVar
 from typing import Any, Literal, get_args
 
 try:
     from pydantic_ai import RunContext
-    from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.exceptions import ToolFailed
-    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler
+    from pydantic_ai.exceptions import (
+        ApprovalRequired,
+        CallDeferred,
+        SkipToolExecution,
+        ToolFailed,
+    )
+    from pydantic_ai.messages import ToolCallPart, ToolReturn
     from pydantic_ai.tools import ToolDefinition
 except ImportError as error:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -62,7 +82,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
     ) from error
 
 from ..errors import LoopBrakeError, UnsupportedArgumentsError
-from ..wrap import Brake, acheck
+from ..wrap import Brake, acheck, aobserve
 from .options import check_adapter_options
 
 __all__ = ["LoopBrakeCapability", "OnDeny"]
@@ -77,6 +97,36 @@ _ON_DENY: tuple[str, ...] = get_args(OnDeny)
 _checked: ContextVar[tuple[Brake, ToolCallPart] | None] = ContextVar(
     "distbrake_pydantic_ai_checked", default=None
 )
+
+# (brake, call, [verdict]) of the call `before_tool_execute` allowed; the
+# innermost `wrap_tool_execute` of that brake takes the verdict (emptying the list).
+_allowed: ContextVar[tuple[Brake, ToolCallPart, list[Any]] | None] = ContextVar(
+    "distbrake_pydantic_ai_allowed", default=None
+)
+
+# Not results: the tool did not finish (deferred, awaiting approval, skipped).
+_CONTROL_FLOW = (SkipToolExecution, CallDeferred, ApprovalRequired)
+
+
+def _warning(verdict: Any) -> str | None:
+    warning = getattr(verdict, "warning", None)
+    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
+        return None
+    return warning
+
+
+def _with_warning(result: Any, warning: str) -> ToolReturn[Any]:
+    """The tool's result for the model with the warning as extra content; the result is kept whole."""
+    if not isinstance(result, ToolReturn):
+        return ToolReturn(return_value=result, content=warning)
+    content = result.content
+    if content is None:
+        added: Any = warning
+    elif isinstance(content, str):
+        added = f"{content}\n\n{warning}" if content else warning
+    else:
+        added = [*content, warning]
+    return dataclasses.replace(result, content=added)
 
 
 class LoopBrakeCapability(AbstractCapability[Any]):
@@ -120,17 +170,54 @@ class LoopBrakeCapability(AbstractCapability[Any]):
         _checked.set((self.brake, call))
         return args
 
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        """Run the tool's lifecycle; then observe its result (progress tools) and add the warning."""
+        try:
+            result = await handler(args)
+        except _CONTROL_FLOW:
+            self._take(call)
+            raise
+        except Exception as raised:
+            verdict = self._take(call)
+            if getattr(verdict, "observe_token", None) is not None:
+                await aobserve(self.brake, verdict, raised)
+            raise
+        verdict = self._take(call)
+        if verdict is None:
+            return result
+        if verdict.observe_token is not None:
+            observed = result.return_value if isinstance(result, ToolReturn) else result
+            await aobserve(self.brake, verdict, observed)
+        warning = _warning(verdict)
+        return result if warning is None else _with_warning(result, warning)
+
+    def _take(self, call: ToolCallPart) -> Any:
+        """The verdict this capability's brake gave `call` (once: None for the outer layers)."""
+        allowed = _allowed.get()
+        if allowed is None or allowed[0] is not self.brake or allowed[1] is not call:
+            return None
+        return allowed[2].pop() if allowed[2] else None
+
     async def _check(self, ctx: RunContext[Any], call: ToolCallPart, args: dict[str, Any]) -> None:
         session_id = ctx.conversation_id or None
         # Ids some providers number per turn repeat: the run step tells the turns apart.
         call_id = f"{ctx.run_id}/{ctx.run_step}/{call.tool_call_id}" if call.tool_call_id else None
         try:
-            await acheck(
+            verdict = await acheck(
                 self.brake, call.tool_name, args, session_id=session_id, call_id=call_id
             )
         except UnsupportedArgumentsError:
             # Raised while hashing, before anything was counted: hash what the model sent.
-            await acheck(
+            verdict = await acheck(
                 self.brake, call.tool_name, call.args_as_dict(), session_id=session_id,
                 call_id=call_id,
             )
+        _allowed.set((self.brake, call, [verdict]))
