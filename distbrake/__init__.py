@@ -16,6 +16,7 @@ from .errors import (
     BrakeUnavailableError,
     ConfigurationError,
     DistbrakeError,
+    EventLoopError,
     InvalidMaxRepeatsError,
     InvalidURLError,
     LoopBrakeError,
@@ -28,6 +29,7 @@ from .inprocess import LoopBrake
 from .redis.aio import AsyncDistributedBrake
 from .redis.sync import DistributedBrake
 from .redis.wire import session_key
+from .rules import ToolRules
 from .session import bind_session, resolve_session
 from .settings import (
     DEFAULT_URL,
@@ -58,6 +60,7 @@ __all__ = [
     "DecidedBy",
     "DistbrakeError",
     "DistributedBrake",
+    "EventLoopError",
     "FailurePolicy",
     "InvalidMaxRepeatsError",
     "InvalidURLError",
@@ -65,6 +68,7 @@ __all__ = [
     "LoopBrakeError",
     "ScriptReplyError",
     "SessionState",
+    "ToolRules",
     "UnsupportedArgumentsError",
     "Verdict",
     "__version__",
