@@ -18,6 +18,7 @@ from distbrake import ConfigurationError, DistributedBrake, LoopBrake, LoopBrake
 from tests.backends import ALL_BRAKES, Brakes, face
 
 POLLER = {"get_job_status": {"progress": True}}
+# Brakes here get a generous timeout: the tests read records back, so no check may fall to the policy on a busy machine.
 
 
 @pytest.fixture(params=ALL_BRAKES)
@@ -58,7 +59,7 @@ async def _maybe(value: Any) -> Any:
 
 
 async def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: Brakes) -> None:
-    brake = brakes(kind, tools=POLLER)
+    brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
     counts = await poll(brake, kind, [{"done": i} for i in range(30)])
     print(f"\n{kind}: 30 polls, 30 different results: counts {sorted(set(counts))}")
     assert all(count > 0 for count in counts)
@@ -66,13 +67,13 @@ async def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: 
 
 
 async def test_a_poller_whose_result_repeats_is_denied_at_its_limit(kind: str, brakes: Brakes) -> None:
-    brake = brakes(kind, tools=POLLER)
+    brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
     counts = await poll(brake, kind, [{"done": False}] * 4)
     assert counts == [1, 2, -3, -4]
 
 
 async def test_checks_see_1_2_2_2_with_changing_results(kind: str, brakes: Brakes) -> None:
-    brake = brakes(kind, tools=POLLER)
+    brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
     seen = []
     for i in range(5):
         verdict = await _maybe(brake.check("get_job_status", {"job": "j1"}, session_id="s"))
@@ -82,7 +83,7 @@ async def test_checks_see_1_2_2_2_with_changing_results(kind: str, brakes: Brake
 
 
 async def test_a_tool_that_raises_counts_its_exception_type(kind: str, brakes: Brakes) -> None:
-    brake = brakes(kind, tools=POLLER)
+    brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
     seen = []
     for _ in range(3):
         try:
@@ -96,7 +97,7 @@ async def test_a_tool_that_raises_counts_its_exception_type(kind: str, brakes: B
 
 
 async def test_an_observation_is_ignored_once_the_streak_moved_on(kind: str, brakes: Brakes) -> None:
-    brake = brakes(kind, tools=POLLER)
+    brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
     first = await _maybe(brake.check("get_job_status", {"job": "j1"}, session_id="s"))
     await _maybe(brake.observe(first, {"pct": 0}))
     second = await _maybe(brake.check("get_job_status", {"job": "j1"}, session_id="s"))
@@ -107,7 +108,7 @@ async def test_an_observation_is_ignored_once_the_streak_moved_on(kind: str, bra
 
 
 async def test_other_tools_pay_nothing(kind: str, brakes: Brakes) -> None:
-    brake = brakes(kind, tools=POLLER)
+    brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
     verdict = await _maybe(brake.check("search", {"q": 1}, session_id="s"))
     assert verdict.observe_token is None
 
