@@ -27,6 +27,10 @@ from tests.servers import HOST, RedisServer, free_port
 
 TIMEOUT = 1.0
 BOUND = TIMEOUT * 1.1
+# The CLI is timed from outside its process (start-up subtracted): a longer timeout keeps the
+# start-up's noise on a busy machine a small part of the same 10% bound.
+CLI_TIMEOUT = 2.5
+CLI_BOUND = CLI_TIMEOUT * 1.1
 FAULTS = ["refused", "syn-dropped", "silent", "paused"]
 SHAPES = ["redis", "redis+cluster", "redis+sentinel"]
 
@@ -125,8 +129,8 @@ def test_a_cli_command_never_waits_longer_than_the_timeout(fault: str) -> None:
     assert {code for _, code in runs} == {1}
     baseline = statistics.median(took for took, _ in runs)
     with faulty_port(fault) as port:
-        took, code = cli_seconds("--url", f"redis://{HOST}:{port}", "--timeout", str(TIMEOUT), "inspect", "s")
+        took, code = cli_seconds("--url", f"redis://{HOST}:{port}", "--timeout", str(CLI_TIMEOUT), "inspect", "s")
     waited = took - baseline
     print(f"\n{fault:12} distbrake inspect: {took:.3f}s, of which waiting for Redis {waited:.3f}s (exit {code})")
     assert code == 4
-    assert waited <= BOUND
+    assert waited <= CLI_BOUND
