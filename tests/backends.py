@@ -15,7 +15,7 @@ import functools
 import inspect
 import itertools
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -164,3 +164,11 @@ async def inspect_count(brake: Any, session_id: str) -> int | None:
 async def session_names(brake: Any) -> list[str]:
     """The ids of every session the brake holds, sorted."""
     return sorted(state.session_id for state in await Checker(brake).sessions())
+
+
+def next_answer(answers: Iterator[Any]) -> Any:
+    """A scripted tool's next answer: an exception is raised, anything else returned (the adapters' pollers)."""
+    answer = next(answers)
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer

@@ -29,7 +29,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
-from tests.backends import REDIS_BRAKES, Brakes, inspect_count, session_names
+from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
 ARGS = {"q": "weather"}
@@ -421,10 +421,7 @@ class Poller:
         @self.mcp.tool
         def get_job_status(job: str) -> str:
             self.runs += 1
-            answer = next(self.answers)
-            if isinstance(answer, Exception):
-                raise answer
-            return str(answer)
+            return str(next_answer(self.answers))
 
     async def poll(self, times: int) -> list[bool]:
         """`is_error` of each of `times` identical polls."""

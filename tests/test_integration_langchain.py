@@ -36,7 +36,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.langchain import LoopBrakeMiddleware, tool_call_wrappers
-from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, memory_url
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, memory_url, next_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -713,10 +713,7 @@ class Poller:
         def get_job_status(job: str) -> str:
             """The status of a job."""
             self.runs += 1
-            answer = next(self.answers)
-            if isinstance(answer, Exception):
-                raise answer
-            return str(answer)
+            return str(next_answer(self.answers))
 
         self.tool: BaseTool = get_job_status
 

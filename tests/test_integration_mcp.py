@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 
 from distbrake import LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
-from tests.backends import REDIS_BRAKES, Brakes, inspect_count, session_names
+from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
 ARGS = {"q": "weather"}
@@ -352,9 +352,7 @@ class PollServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         self.runs += 1
-        answer = next(self.answers)
-        if isinstance(answer, Exception):
-            raise answer
+        answer = next_answer(self.answers)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(answer))],
             structured_content={"status": answer},

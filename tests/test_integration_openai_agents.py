@@ -43,7 +43,7 @@ from distbrake.integrations.openai_agents import (
     loop_brake_guardrail,
     tool_arguments,
 )
-from tests.backends import REDIS_BRAKES, Brakes, inspect_count
+from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer
 from tests.backends import AnyBrake as Brake
 
 ARGS = {"q": "weather"}
@@ -443,10 +443,7 @@ class Poller:
         def get_job_status(job: str) -> str:
             """The status of a job."""
             self.runs += 1
-            answer = next(self.answers)
-            if isinstance(answer, Exception):
-                raise answer
-            return str(answer)
+            return str(next_answer(self.answers))
 
         turns: list[Any] = [
             [function_call("get_job_status", {"job": "j1"}, call_id=f"poll_{i}")]

@@ -40,7 +40,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.pydantic_ai import LoopBrakeCapability
-from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
 FINAL = "final answer: it is sunny"
@@ -481,10 +481,7 @@ class Poller:
         def get_job_status(job: str) -> str:
             """The status of a job."""
             self.runs += 1
-            answer = next(self.answers)
-            if isinstance(answer, Exception):
-                raise answer
-            return str(answer)
+            return str(next_answer(self.answers))
 
     def brake_refusals(self) -> list[str]:
         return [p.tool_call_id for p in self.script.refusals() if "loop brake" in p.model_response_str()]
