@@ -21,7 +21,7 @@ from .rules import strip_fields, warning_text
 from .session import resolve_call_id, resolve_session
 from .settings import BrakeSettings
 
-__all__ = ["DECIDED_BY", "BrakeCore", "DecidedBy", "PreparedCall", "SessionState", "SyncCheck", "Verdict"]
+__all__ = ["DECIDED_BY", "BrakeCore", "Cycle", "DecidedBy", "PreparedCall", "SessionState", "SyncCheck", "Verdict"]
 
 # Who decided a verdict (`Verdict.decided_by`), one word each:
 #   in-process  LoopBrake, the in-process brake
@@ -83,6 +83,15 @@ class SessionState:
         return "ok"
 
 
+class Cycle(NamedTuple):
+    """A cycle the call completes (opt-in rule): its period, repetitions, and its calls' hash prefixes and tools."""
+
+    period: int
+    repeats: int
+    hash_prefixes: tuple[str, ...]  # of the cycle's calls, in order, ending with this call's
+    tools: tuple[str, ...]  # the tool of each of those calls
+
+
 class PreparedCall(NamedTuple):
     """A call reduced to what the backends may see: no arguments, only their digest."""
 
@@ -136,18 +145,30 @@ class BrakeCore:
         )
 
     def judge(
-        self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy
+        self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy, cycle: Cycle | None = None
     ) -> Verdict:
-        """The verdict for `count`; raises `LoopBrakeError` when it reaches the limit (and enforces)."""
-        if count >= call.max_repeats:
+        """The verdict for `count` (and a completed `cycle`); raises `LoopBrakeError` on a denial that enforces.
+
+        The streak rule comes first: a call at its limit is denied as a repeat
+        even when it also completes a cycle.
+        """
+        if count >= call.max_repeats or cycle is not None:
+            kind = "repeat" if count >= call.max_repeats else "cycle"
             logger.warning(
-                'loop brake %s tool "%s" in session %r (call %s, count %d, limit %d)',
+                'loop brake %s tool "%s" in session %r (call %s, count %d, limit %d, %s)',
                 "denied" if call.enforce else "would deny (shadow mode, not enforced)",
                 call.tool_name[:64], call.session_id[:128], call.hash_prefix, count, call.max_repeats,
+                kind if cycle is None or kind == "repeat" else f"cycle of {cycle.period} calls",
             )
             if call.enforce:
+                if kind == "repeat" or cycle is None:
+                    raise LoopBrakeError(
+                        call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id
+                    )
                 raise LoopBrakeError(
-                    call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id
+                    call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id,
+                    kind="cycle", period=cycle.period, cycle_repeats=cycle.repeats,
+                    cycle_hash_prefixes=cycle.hash_prefixes, cycle_tools=cycle.tools,
                 )
             return Verdict(
                 count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,

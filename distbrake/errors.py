@@ -41,10 +41,13 @@ class DistbrakeError(Exception):
 
 
 class LoopBrakeError(DistbrakeError):
-    """Raised, never returned, when the Nth identical call in a row is denied.
+    """Raised, never returned, when a call is denied before it ran.
 
-    The tool body did not run. Only the 12-character hash prefix of the call
-    is kept: never the arguments.
+    `kind` names the rule: `"repeat"`, the Nth identical call in a row, or
+    `"cycle"` (opt-in), the call completes `cycle_repeats` repetitions of a
+    sequence of `period` calls (`cycle_hash_prefixes` and `cycle_tools` name
+    them, in order). Only 12-character hash prefixes of calls are kept:
+    never the arguments.
     """
 
     code = "LOOP_BRAKE"
@@ -58,8 +61,16 @@ class LoopBrakeError(DistbrakeError):
         hash_prefix: str,
         session_id: str,
         kind: str = "repeat",
+        period: int | None = None,
+        cycle_repeats: int | None = None,
+        cycle_hash_prefixes: tuple[str, ...] = (),
+        cycle_tools: tuple[str, ...] = (),
     ) -> None:
-        self.kind = kind  # which rule denied: "repeat" (the Nth identical call in a row)
+        self.kind = kind  # which rule denied: "repeat" (the Nth identical call in a row) or "cycle"
+        self.period = period  # kind "cycle": how many calls the repeated sequence has
+        self.cycle_repeats = cycle_repeats  # kind "cycle": how many times it was repeated
+        self.cycle_hash_prefixes = tuple(prefix[:12] for prefix in cycle_hash_prefixes)
+        self.cycle_tools = tuple(cycle_tools)
         self.tool_name = tool_name
         self.count = count
         self.max_repeats = max_repeats
@@ -68,7 +79,16 @@ class LoopBrakeError(DistbrakeError):
         super().__init__(self._message())
 
     def _message(self) -> str:
-        tool = self.tool_name if len(self.tool_name) <= 64 else self.tool_name[:64] + "\u2026"
+        tool = _shown(self.tool_name)
+        if self.kind == "cycle":
+            tools = list(dict.fromkeys(self.cycle_tools or (self.tool_name,)))
+            named = ", ".join(f'"{_shown(name)}"' for name in tools)
+            calls = ", ".join(f"{prefix}\u2026" for prefix in self.cycle_hash_prefixes)
+            return (
+                f"loop brake: {'tool' if len(tools) == 1 else 'tools'} {named} called in a cycle of "
+                f"{self.period} calls repeated {self.cycle_repeats} times in a row (calls {calls}); "
+                "the call was denied before it ran. Change the arguments, call a different tool, or stop."
+            )
         return (
             f'loop brake: tool "{tool}" called {self.count} times in a row '
             f"with identical arguments (call {self.hash_prefix}\u2026, limit "
@@ -79,15 +99,24 @@ class LoopBrakeError(DistbrakeError):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             type(self),
-            (self.tool_name, self.count, self.max_repeats, self.hash_prefix, self.session_id, self.kind),
+            (
+                self.tool_name, self.count, self.max_repeats, self.hash_prefix, self.session_id, self.kind,
+                self.period, self.cycle_repeats, self.cycle_hash_prefixes, self.cycle_tools,
+            ),
         )
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(tool_name={self.tool_name!r}, count={self.count}, "
             f"max_repeats={self.max_repeats}, hash_prefix={self.hash_prefix!r}, "
-            f"session_id={self.session_id!r}, kind={self.kind!r})"
+            f"session_id={self.session_id!r}, kind={self.kind!r}"
+            + (f", period={self.period!r}, cycle_repeats={self.cycle_repeats!r}" if self.kind == "cycle" else "")
+            + ")"
         )
+
+
+def _shown(tool: str) -> str:
+    return tool if len(tool) <= 64 else tool[:64] + "\u2026"
 
 
 class BrakeUnavailableError(DistbrakeError):

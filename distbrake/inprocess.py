@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Unpack
 
-from .core import PreparedCall, SessionState, SyncCheck, Verdict
+from .core import Cycle, PreparedCall, SessionState, SyncCheck, Verdict
 from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
-from .streak import advance
+from .streak import advance, cycle_period
 from .wrap import GuardMixin
 
 __all__ = ["LoopBrake"]
@@ -34,6 +34,10 @@ class _Record:
     expires_at: float  # on the brake's clock (monotonic); last update = expires_at - ttl
     result: bytes | None = None  # progress-aware tools: the digest of this streak's last observed result
     judged_by: tuple[int, int | None, bool] = (0, None, True)  # the last check's limit, warn_at, enforce
+    # Cycles on: the session's last counted calls (hash prefix, tool), oldest first, and the period
+    # of the cycle the last and the previous call completed (0: none), for their replays.
+    ring: list[tuple[str, str]] | None = None
+    cycles: tuple[int, int] = (0, 0)
 
 
 class LoopBrake(GuardMixin, SyncCheck):
@@ -56,12 +60,14 @@ class LoopBrake(GuardMixin, SyncCheck):
         self._records: OrderedDict[str, _Record] = OrderedDict()
         self._ttl = self.settings.ttl_seconds
         self._window = self.settings.timeout_seconds  # the replay window, as in lua/brake.lua
+        self._cycle_rule = (self.settings.max_cycle_period, self.settings.cycle_repeats)
+        self._cycle_size = self.settings.max_cycle_period * self.settings.cycle_repeats  # 0: cycles off
 
     def __repr__(self) -> str:
         return f"LoopBrake(max_repeats={self.max_repeats}, sessions={len(self._records)})"
 
-    def record(self, call: PreparedCall) -> tuple[int, bool]:
-        """Apply the rule to `call`'s session record; returns (count, replayed)."""
+    def record(self, call: PreparedCall) -> tuple[int, bool, Cycle | None]:
+        """Apply the rules to `call`'s session record; returns (count, replayed, the cycle it completes)."""
         now = self._clock()
         records = self._records
         session = call.session_id
@@ -71,7 +77,7 @@ class LoopBrake(GuardMixin, SyncCheck):
             record = records.get(session)
             if record is None:
                 count, replayed = 1, False
-                records[session] = _Record(
+                record = records[session] = _Record(
                     call.digest, 1, call.call_id, None, call.tool_name, now + self._ttl,
                     judged_by=(call.max_repeats, call.warn_at, call.enforce),
                 )
@@ -90,7 +96,27 @@ class LoopBrake(GuardMixin, SyncCheck):
                 record.expires_at = now + self._ttl
                 record.judged_by = (call.max_repeats, call.warn_at, call.enforce)
                 records.move_to_end(session)
-        return count, replayed
+            cycle = self._cycle(record, call, count, replayed) if self._cycle_size else None
+        return count, replayed, cycle
+
+    def _cycle(self, record: _Record, call: PreparedCall, count: int, replayed: bool) -> Cycle | None:
+        """The ring step of the cycle rule (under the lock): the cycle this call completes, if any."""
+        ring = record.ring if record.ring is not None else []
+        if replayed:  # the same answer as the first time: the last call's, or the previous one's
+            last = count == record.count
+            period, end = (record.cycles[0], len(ring)) if last else (record.cycles[1], len(ring) - 1)
+        else:
+            ring.append((call.digest[:12], call.tool_name))
+            del ring[:-self._cycle_size]
+            record.ring = ring
+            period = cycle_period([entry[0] for entry in ring], *self._cycle_rule)
+            record.cycles, end = (period, record.cycles[0]), len(ring)
+        if not period or end < period:
+            return None
+        members = ring[end - period:end]
+        return Cycle(
+            period, self._cycle_rule[1], tuple(entry[0] for entry in members), tuple(entry[1] for entry in members)
+        )
 
     def _expire(self, now: float) -> None:
         records = self._records
@@ -121,8 +147,8 @@ class LoopBrake(GuardMixin, SyncCheck):
 
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in this process and judge it."""
-        count, replayed = self.record(call)
-        return self.judge(call, count, replayed, "in-process")
+        count, replayed, cycle = self.record(call)
+        return self.judge(call, count, replayed, "in-process", cycle)
 
     # -- operations (the same names as the distributed brakes) --------------------
 

@@ -188,5 +188,5 @@ class FailureHandler:
                 0, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
                 decided_by="fail-open",
             )
-        count, replayed = self.local.record(call)
-        return self._brake.judge(call, count, replayed, "fallback")
+        count, replayed, cycle = self.local.record(call)
+        return self._brake.judge(call, count, replayed, "fallback", cycle)

@@ -41,6 +41,9 @@ ENV_PREFIX = "DISTBRAKE_"
 # The variables max_repeats is read from, first found wins (the Node plugin's last).
 MAX_REPEATS_VARIABLES = ("DISTBRAKE_MAX_REPEATS", "DSH_LOOP_BRAKE_MAX_REPEATS")
 
+MAX_CYCLE_PERIOD = 4  # longest cycle the opt-in rule looks for
+MAX_CYCLE_REPEATS = 10
+
 FailurePolicy = Literal["open", "closed", "local"]
 
 
@@ -58,6 +61,8 @@ class BrakeOptions(TypedDict, total=False):
     warn_at: int | None
     enforce: bool | None
     tools: Mapping[str, ToolRules | Mapping[str, Any]] | None
+    max_cycle_period: int | None
+    cycle_repeats: int | None
 
 
 def resolve_max_repeats(
@@ -125,6 +130,32 @@ class BrakeSettings(BaseSettings):
         default_factory=dict,
         description="Per-tool rules: max_repeats, warn_at, enforce, ignore_fields, progress, exempt.",
     )
+
+    max_cycle_period: int = Field(
+        default=0,
+        description="Deny a cycle of 2..N calls (A,B,A,B,...) repeated cycle_repeats times; 0 = off, else 2..4.",
+    )
+    cycle_repeats: int = Field(
+        default=3, description="How many full repetitions of a cycle deny its last call (2..10).",
+    )
+
+    @field_validator("max_cycle_period", mode="before")
+    @classmethod
+    def _check_cycle_period(cls, value: object) -> int:
+        if value in (0, "0"):
+            return 0
+        period = positive_int(value, "max_cycle_period")
+        if not 2 <= period <= MAX_CYCLE_PERIOD:
+            raise ValueError(f"max_cycle_period must be 0 (off) or 2..{MAX_CYCLE_PERIOD}, not {period}")
+        return period
+
+    @field_validator("cycle_repeats", mode="before")
+    @classmethod
+    def _check_cycle_repeats(cls, value: object) -> int:
+        repeats = positive_int(value, "cycle_repeats")
+        if not 2 <= repeats <= MAX_CYCLE_REPEATS:
+            raise ValueError(f"cycle_repeats must be 2..{MAX_CYCLE_REPEATS}, not {repeats}")
+        return repeats
 
     @field_validator("max_repeats", mode="before")
     @classmethod

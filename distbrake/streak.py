@@ -12,13 +12,22 @@ Per check of a session's streak record (last call hash, count):
   calls afresh each turn reuse ids);
 * the call is denied when count >= max_repeats; denied calls keep counting.
 
+Cycles (opt-in, `max_cycle_period` >= 2): a session keeps a ring of its last
+`max_cycle_period * cycle_repeats` counted calls' hash prefixes; a call is
+denied when it completes `cycle_repeats` repetitions of one sequence of 2 to
+`max_cycle_period` calls that are not all identical (A,B,A,B,A,B), the
+shortest such period first. Denied calls enter the ring too, so a call that
+continues the cycle is denied again; replays do not (counted once).
+
 `inprocess.LoopBrake` applies it in this process; `lua/brake.lua` applies
 the same rule inside Redis.
 """
 
 from __future__ import annotations
 
-__all__ = ["advance"]
+from collections.abc import Sequence
+
+__all__ = ["advance", "cycle_period"]
 
 
 def advance(
@@ -37,3 +46,20 @@ def advance(
         if last_count > 1 and call_id == previous_id:
             return last_count - 1, True
     return last_count + 1, False
+
+
+def cycle_period(ring: Sequence[object], max_period: int, repeats: int) -> int:
+    """The shortest period p in 2..max_period whose `repeats` repetitions end `ring`, else 0.
+
+    A window of p * repeats entries is p-periodic when it equals itself
+    shifted by p; its first p entries must not all be one call (that is a
+    repeat, the streak rule's case).
+    """
+    for period in range(2, max_period + 1):
+        size = period * repeats
+        if len(ring) < size:
+            break
+        window = ring[len(ring) - size:]
+        if window[period:] == window[:-period] and any(entry != window[0] for entry in window[1:period]):
+            return period
+    return 0

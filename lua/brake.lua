@@ -11,7 +11,9 @@ ARGV[4]  for inspection only: one byte holding the tool name's length, the tool 
 ARGV[5]  the replay window in milliseconds (the brake's timeout)
 ARGV[6]  what the check is judged by, kept for `inspect` and `list`: the limit in decimal,
          then "w" and warn_at when set, then "s" in shadow mode (enforce=False): "3", "5w2s"
-ARGV[7]  only in an observation (see below): 8 bytes of the tool result's digest
+ARGV[7]  in an observation (seven arguments, see below): 8 bytes of the tool result's digest;
+         in a check with cycles on (eight arguments): the longest cycle period looked for, 2..4
+ARGV[8]  in a check with cycles on: how many repetitions of a cycle deny, 2..10
 
 An observation (seven arguments) records the result of one call of a progress-aware
 tool, after the tool ran; ARGV[1] names that call. It is ignored when the streak
@@ -28,6 +30,11 @@ The record's fields (two, and packed: every byte of every session counts):
   s  ARGV[4] of the check that started the streak
   j  ARGV[6] of the last check (the limit, warn_at and enforcement the fleet judged it by)
   r  progress-aware tools only: 4 bytes of the call hash | 8 bytes of the last result's digest
+  c  sessions checked with cycles on only: the period of the cycle the last call completed and of
+     the one the previous call completed (a byte each, 0: none) | one byte n | the ring: the first
+     6 bytes of the call hash of each of the session's last n counted calls, oldest first, at most
+     ARGV[7] * ARGV[8] of them | the tools of the last ARGV[7] + 1 of those calls, each as one
+     length byte and the name (as in ARGV[4])
 
 The time of the last check is the key's expiry, set by Redis's own clock,
 minus the ttl kept in h: `inspect` reads it back with TIME and PTTL, and the
@@ -49,8 +56,17 @@ one: the whole run is a replay and gets the counts it got the first time. (A run
 counted, then followed by another call before the resend arrives, is no longer
 recognised: the record keeps the last two call ids only, to stay small.)
 
+Cycles (eight arguments; never sent as a run): every counted call also enters
+the ring of c. A call whose ring ends in ARGV[8] repetitions of one sequence
+of p calls (2 <= p <= ARGV[7], the shortest first) that are not all the same
+call completes a cycle; denied calls enter the ring too, so a call that goes on
+with the cycle completes it again. A replay gets the cycle answer its call got.
+
 Returns one integer for the run's last call: count * 4 + 2 * denied + replayed;
-the earlier calls of a run have the counts just below it.
+the earlier calls of a run have the counts just below it. A call that completes
+a cycle gets an array instead: that integer (denied there means the streak
+rule's denial), the period p, the cycle's p ring entries (6 bytes each, in
+order, ending with this call) and their p tools (length byte and name each).
 ]]
 local rcall = redis.call
 local key = KEYS[1]
@@ -74,7 +90,38 @@ local size = #call
 local k = math.floor((size - 21) / 5)
 local last = string.sub(call, size - 4)
 local limit = tonumber(ARGV[2])
-local record = rcall('HGET', key, 'h')
+local cycles = #ARGV == 8
+local record, ring
+if cycles then
+  local stored = rcall('HMGET', key, 'h', 'c')
+  record, ring = stored[1], stored[2]
+else
+  record = rcall('HGET', key, 'h')
+end
+
+-- The cycle answer for a call whose cycle of `period` calls ends at ring entry `last` of `entries`.
+local function cycle_reply(code, period, entries, names, last)
+  local shown = {}
+  for i = #names - (#entries / 6 - last) - period + 1, #names - (#entries / 6 - last) do
+    shown[#shown + 1] = string.char(#names[i]) .. names[i]
+  end
+  return {code, period, string.sub(entries, (last - period) * 6 + 1, last * 6), table.concat(shown)}
+end
+
+-- The ring of c as (periods, entries, names).
+local function parse_ring()
+  if not ring or #ring < 3 then
+    return 0, '', {}
+  end
+  local n = string.byte(ring, 3)
+  local names, at = {}, 4 + n * 6
+  while at <= #ring do
+    local size = string.byte(ring, at)
+    names[#names + 1] = string.sub(ring, at + 1, at + size)
+    at = at + 1 + size
+  end
+  return string.sub(ring, 1, 2), string.sub(ring, 4, 3 + n * 6), names
+end
 local n = 0
 local before = '\0\0\0\0\0'
 if record and string.sub(record, 1, 16) == string.sub(call, 1, 16) then
@@ -92,10 +139,20 @@ if record and string.sub(record, 1, 16) == string.sub(call, 1, 16) then
       local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
       if ttl - rcall('PTTL', key) <= tonumber(ARGV[5]) then
         rcall('PEXPIRE', key, ARGV[3])
+        local code = count * 4 + 1
         if count >= limit then
-          return count * 4 + 3
+          code = count * 4 + 3
         end
-        return count * 4 + 1
+        if cycles then
+          local periods, entries, names = parse_ring()
+          local previous = count ~= stored and 1 or 0
+          local period = periods ~= 0 and string.byte(periods, 1 + previous) or 0
+          local last = #entries / 6 - previous
+          if period > 0 and last >= period and #names >= period + previous then
+            return cycle_reply(code, period, entries, names, last)
+          end
+        end
+        return code
       end
     end
     n = stored
@@ -113,7 +170,46 @@ else
   rcall('HSET', key, 'h', fields, 'j', ARGV[6])
 end
 rcall('PEXPIRE', key, ARGV[3])
+local code = count * 4
 if count >= limit then
-  return count * 4 + 2
+  code = count * 4 + 2
 end
-return count * 4
+if not cycles then
+  return code
+end
+local periods, entries, names = parse_ring()
+local longest, repeats = tonumber(ARGV[7]), tonumber(ARGV[8])
+local tool = string.sub(ARGV[4], 2, 1 + string.byte(ARGV[4], 1))
+entries = entries .. string.rep(string.sub(call, 1, 6), k)
+if #entries > longest * repeats * 6 then
+  entries = string.sub(entries, -longest * repeats * 6)
+end
+for _ = 1, k do
+  names[#names + 1] = tool
+end
+while #names > longest + 1 do
+  table.remove(names, 1)
+end
+local period = 0
+for p = 2, longest do
+  local span = p * repeats * 6
+  if #entries < span then
+    break
+  end
+  local window = string.sub(entries, -span)
+  if string.sub(window, 1, span - p * 6) == string.sub(window, p * 6 + 1)
+      and string.sub(window, 1, p * 6) ~= string.rep(string.sub(window, 1, 6), p) then
+    period = p
+    break
+  end
+end
+local kept = {}
+for i = 1, #names do
+  kept[i] = string.char(#names[i]) .. names[i]
+end
+local last_period = periods ~= 0 and string.byte(periods, 1) or 0
+rcall('HSET', key, 'c', string.char(period, last_period, #entries / 6) .. entries .. table.concat(kept))
+if period > 0 then
+  return cycle_reply(code, period, entries, names, #entries / 6)
+end
+return code

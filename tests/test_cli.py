@@ -422,6 +422,20 @@ def test_bench_memory_figure_on_real_redis_and_skipped_on_memory(redis_url: str)
     assert "skip" in skipped.stdout and "memory:// has no used_memory" in skipped.stdout
 
 
+def test_bench_prices_the_rules_against_the_same_check_with_rules_off(redis_url: str) -> None:
+    result = run("--url", redis_url, "bench", "--quick", "--json",
+                 "--only", "rules_warn_shadow", "--only", "rules_cycles")
+    report = as_json(result)
+    assert result.returncode == (0 if report["passed"] else 5), result.stderr
+    figures = {f["key"]: f for f in report["figures"]}
+    assert (figures["rules_warn_shadow"]["target"], figures["rules_cycles"]["target"]) == ("<= 1.1x", "<= 1.2x")
+    for figure in figures.values():
+        assert figure["ours"] > 0 and figure["floor"] > 0 and figure["samples"] == 600
+        assert figure["passed"] == (figure["ratio"] <= float(figure["target"][3:-1]))
+    with DistributedBrake.from_url(redis_url) as brake:
+        assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
+
+
 def test_denial_error_is_a_loop_brake_error_text(redis_url: str) -> None:
     """The text `check` prints on denial is the library's own error message."""
     with DistributedBrake.from_url(redis_url, max_repeats=1) as brake, \

@@ -159,12 +159,15 @@ def test_rules_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Model:
-    """The rules in a few lines: one record per session (hash, count, last two call ids)."""
+    """The rules in a few lines: one record per session (hash, count, last two call ids), and with cycles
+    on a ring of the session's counted calls."""
 
     def __init__(self, settings_: BrakeSettings) -> None:
         self.settings = settings_
         self.records: dict[str, tuple[str, int, str | None, str | None]] = {}
         self.results: dict[str, object] = {}  # progress tools: the streak's last observed result
+        self.rings: dict[str, list[str]] = {}  # cycles: the counted calls' hashes, oldest first
+        self.cycles: dict[str, tuple[int, int]] = {}  # the period the last and the previous call completed
 
     def observe(self, session: str, result: object) -> None:
         """The tool ran right after its check: a changed result restarts the streak at 1."""
@@ -173,10 +176,10 @@ class Model:
             self.records[session] = (digest, 1, last, None)
         self.results[session] = result
 
-    def check(self, tool: str, args: Any, session: str, call_id: str | None) -> tuple[int, str | None, bool]:
+    def check(self, tool: str, args: Any, session: str, call_id: str | None) -> tuple[int, str | None, bool, str]:
         rules = self.settings.rules_for(tool)
         if rules is None:
-            return 0, None, False
+            return 0, None, False, ""
         if rules.ignore_fields and isinstance(args, dict):
             args = {k: v for k, v in args.items() if (k,) not in rules.ignore_fields}
         digest = call_hash(tool, args)
@@ -184,23 +187,44 @@ class Model:
         if last is not None and last[0] == digest:
             if call_id is not None and call_id in (last[2], last[3] if last[1] > 1 else None):
                 count = last[1] if call_id == last[2] else last[1] - 1
-                return self.judge(tool, digest, count, rules)
+                period = self.cycles.get(session, (0, 0))[0 if call_id == last[2] else 1]
+                return self.judge(tool, digest, count, rules, period)
             count = last[1] + 1
             self.records[session] = (digest, count, call_id, last[2])
         else:
             count = 1
             self.records[session] = (digest, 1, call_id, None)
             self.results.pop(session, None)
-        return self.judge(tool, digest, count, rules)
+        return self.judge(tool, digest, count, rules, self.ring_step(session, digest))
 
-    def judge(self, tool: str, digest: str, count: int, rules: Any) -> tuple[int, str | None, bool]:
-        if count >= rules.max_repeats:
-            return (-count, None, False) if rules.enforce else (count, None, True)
+    def ring_step(self, session: str, digest: str) -> int:
+        """The period of the cycle this counted call completes (0: none or cycles off)."""
+        longest, repeats = self.settings.max_cycle_period, self.settings.cycle_repeats
+        if not longest:
+            return 0
+        ring = self.rings.setdefault(session, [])
+        ring.append(digest)
+        period = next(
+            (
+                p for p in range(2, longest + 1)
+                if len(ring) >= p * repeats
+                and all(ring[-i] == ring[-i - p] for i in range(1, p * (repeats - 1) + 1))
+                and len(set(ring[-p:])) > 1
+            ),
+            0,
+        )
+        self.cycles[session] = (period, self.cycles.get(session, (0, 0))[0])
+        return period
+
+    def judge(self, tool: str, digest: str, count: int, rules: Any, period: int) -> tuple[int, str | None, bool, str]:
+        if count >= rules.max_repeats or period:
+            kind = "repeat" if count >= rules.max_repeats else f"cycle{period}"
+            return (-count, None, False, kind) if rules.enforce else (count, None, True, "")
         if rules.warn_at is not None and count >= rules.warn_at and rules.enforce:
             from distbrake.rules import warning_text
 
-            return count, warning_text(tool, count, rules.max_repeats, digest[:12]), False
-        return count, None, False
+            return count, warning_text(tool, count, rules.max_repeats, digest[:12]), False, ""
+        return count, None, False, ""
 
 
 TOOLS = {
@@ -218,14 +242,35 @@ CALL = st.tuples(
     st.one_of(st.none(), st.sampled_from(["c1", "c2", "c3"])),
     st.integers(0, 1),  # what the tool returns (observed for the progress tool "f")
 )
+# Cycles come up often: short patterns of a few calls, each repeated a few times (A,B,A,B,A,B,C,...).
+CYCLING_CALL = st.tuples(
+    st.sampled_from(["a", "b", "c", "f"]),
+    st.fixed_dictionaries({"q": st.integers(0, 1)}),
+    st.sampled_from(["s1", "s1", "s1", "s2"]),
+    st.one_of(st.none(), st.none(), st.sampled_from(["c1", "c2"])),
+    st.integers(0, 1),
+)
+CYCLING = st.lists(
+    st.tuples(st.lists(CYCLING_CALL, min_size=1, max_size=4), st.integers(1, 4)), max_size=4
+).map(lambda segments: [call for pattern, times in segments for call in pattern * times][:30])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(calls=st.lists(CALL, max_size=14), warn_at=st.sampled_from([None, 2]))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    calls=st.one_of(st.lists(CALL, max_size=14), CYCLING),
+    warn_at=st.sampled_from([None, 2]),
+    cycles=st.sampled_from([(0, 3), (2, 2), (2, 3), (3, 2), (4, 2)]),
+)
 async def test_every_brake_agrees_with_the_reference_model(
-    make: Callable[..., Checker], calls: list[tuple[str, dict[str, int], str, str | None, int]], warn_at: int | None
+    make: Callable[..., Checker],
+    calls: list[tuple[str, dict[str, int], str, str | None, int]],
+    warn_at: int | None,
+    cycles: tuple[int, int],
 ) -> None:
-    options: dict[str, Any] = {"tools": TOOLS, "warn_at": warn_at, "max_repeats": 3, "timeout_seconds": 5.0}
+    options: dict[str, Any] = {
+        "tools": TOOLS, "warn_at": warn_at, "max_repeats": 3, "timeout_seconds": 5.0,
+        "max_cycle_period": cycles[0], "cycle_repeats": cycles[1],
+    }
     brake = make(**options)
     for session in ("s1", "s2"):
         await brake.clear(session)
@@ -235,9 +280,9 @@ async def test_every_brake_agrees_with_the_reference_model(
         try:
             verdict: Verdict | None = await brake.check(tool, args, session_id=session, call_id=call_id)
         except LoopBrakeError as error:
-            verdict, got = None, (-error.count, None, False)
+            verdict, got = None, (-error.count, None, False, f"{error.kind}{error.period or ''}")
         else:
-            got = (verdict.count, verdict.warning, verdict.would_deny)
+            got = (verdict.count, verdict.warning, verdict.would_deny, "")
         assert got == expected, (tool, args, session, call_id)
         if tool == "f" and verdict is not None:  # the tool ran: its result is observed
             model.observe(session, result)

@@ -8,6 +8,7 @@ fails is reported as failed, and the others are still measured.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -24,8 +25,10 @@ from .bench_server import (
     CONCURRENCY,
     DEFAULT_SESSIONS,
     QUICK_SESSIONS,
+    RULES,
     async_throughput,
     memory_per_session,
+    rules_cost,
     server_cost,
     sync_check_latency,
 )
@@ -41,6 +44,8 @@ from .output import (
 
 STAGES = {
     "sync_check_latency": ("sync check latency (median)", "µs", "<= 1.2x"),
+    "rules_warn_shadow": ("sync check, warn_at + shadow mode vs rules off", "µs", "<= 1.1x"),
+    "rules_cycles": ("sync check, cycles on (period 4 x 3) vs rules off", "µs", "<= 1.2x"),
     "async_throughput": (f"async throughput, {CONCURRENCY} tasks", "checks/s", ">= 2x"),
     "memory_per_session": ("Redis memory per session", "bytes", "<= 240 B"),
     "inprocess_check": ("in-process LoopBrake.check", "µs", "<= 1.5x"),
@@ -132,6 +137,8 @@ def run_bench(
                                         timeout_seconds=t, step=step))
             if quick else (lambda: sync_check_latency(b, timeout_seconds=t, step=step))
         ),
+        **{key: functools.partial(rules_cost, b, key, timeout_seconds=t, step=step, **(
+            {"rounds": 4, "block": 150, "warmup": 100} if quick else {})) for key in RULES},
         "async_throughput": (
             (lambda: async_throughput(b, per_task=40, rounds=3, timeout_seconds=t, step=step))
             if quick else (lambda: async_throughput(b, timeout_seconds=t, step=step))

@@ -32,7 +32,7 @@ from ..redis.aio import AsyncDistributedBrake
 from ..redis.connect import async_client, sync_client
 from ..redis.sync import DistributedBrake
 from ..redis.wire import script_source
-from ..settings import BrakeSettings
+from ..settings import BrakeOptions, BrakeSettings, load_settings
 from ..urls import ParsedURL
 from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
 
@@ -109,6 +109,63 @@ def sync_check_latency(
         "sync_check_latency", "sync check latency (median)", "µs",
         statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
         at_most=1.2, note=_memory_note(backend), samples=len(ours_t),
+    )
+
+
+# -- (a2) what the opt-in rules cost a sync check ----------------------------------------------
+
+# figure key: (the rules' options, the bound as a ratio to the same check with every rule off)
+RULES: dict[str, tuple[BrakeOptions, float]] = {
+    "rules_warn_shadow": (BrakeOptions(warn_at=2, enforce=False), 1.1),
+    "rules_cycles": (BrakeOptions(max_cycle_period=4, cycle_repeats=3), 1.2),
+}
+ROTATING_ARGS = tuple({"query": f"weather in city {i}", "limit": 5} for i in range(5))  # period 5: never a cycle
+
+
+def rules_cost(
+    backend: BrakeSettings, key: str, *, rounds: int = 10, block: int = 400, warmup: int = 200,
+    timeout_seconds: float = 2.0, step: Step = no_step,
+) -> Figure:
+    """Median sync check with the rules of `key` on vs the same check with every rule off, interleaved.
+
+    Both brakes check five calls in turn in their own session (every check
+    allowed and written, the ring full and never a cycle), one check of each
+    at a time, so both see the same noise.
+    """
+    options, bound = RULES[key]
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    plain = _brake(DistributedBrake, backend, prefix, timeout_seconds)
+    ruled = DistributedBrake(plain.client, settings=load_settings(plain.settings, **options))
+    try:
+        plain_session, ruled_session = f"bench-{uuid.uuid4()}", f"bench-{uuid.uuid4()}"
+
+        def pairs(n: int, ours_out: list[float], floor_out: list[float]) -> None:
+            clock = time.perf_counter
+            for i in range(n):
+                args = ROTATING_ARGS[i % 5]
+                start = clock()
+                plain.check("search", args, session_id=plain_session)
+                middle = clock()
+                ruled.check("search", args, session_id=ruled_session)
+                end = clock()
+                floor_out.append(middle - start)
+                ours_out.append(end - middle)
+
+        pairs(warmup, [], [])
+        ours_t: list[float] = []
+        floor_t: list[float] = []
+        for index in range(rounds):
+            pairs(block, ours_t, floor_t)
+            step(key, index + 1, rounds)
+        plain.clear(plain_session)
+        plain.clear(ruled_session)
+    finally:
+        plain.close()
+    name = ", ".join(f"{option}={value}" for option, value in options.items())
+    return ratio_figure(
+        key, f"sync check with {name} vs rules off", "µs",
+        statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
+        at_most=bound, note=_memory_note(backend), samples=len(ours_t),
     )
 
 

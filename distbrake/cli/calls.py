@@ -146,8 +146,9 @@ def _dry_run(
 @click.option("--call-id", "call_id", default=None, metavar="ID",
               help="The host's id of this call (a retry with the same id is counted once).")
 @click.option("--dry-run", "dry_run", is_flag=True,
-              help="Only say whether this call would be denied, from the stored streak: "
-                   "nothing is counted or written (exit 3 would be denied, 0 allowed).")
+              help="Only say whether this call would be denied, from the stored streak (the "
+                   "streak rule; a cycle is not predicted): nothing is counted or written "
+                   "(exit 3 would be denied, 0 allowed).")
 def check_command(
     app: App, *, tool: str, args_json: str, session: str, call_id: str | None, dry_run: bool,
     as_json: bool,

@@ -68,6 +68,8 @@ class DistributedBase(GuardMixin, BrakeCore):
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
         # A call id seen again within the timeout is a retry or a second seam; later, a new call.
         self._window_ms = max(1, round(self.settings.timeout_seconds * 1000))
+        settings = self.settings
+        self._cycles = (settings.max_cycle_period, settings.cycle_repeats) if settings.max_cycle_period else None
 
     def __repr__(self) -> str:
         return (
@@ -120,7 +122,7 @@ class DistributedBase(GuardMixin, BrakeCore):
         return key_pattern(self.settings.key_prefix)
 
     def encode(self, call: PreparedCall) -> tuple[str, tuple[bytes | int, ...]]:
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms)
+        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles)
 
     def observation(self, verdict: Verdict, result: object) -> tuple[str, tuple[bytes | int, ...]] | None:
         """KEYS[1] and ARGV of the observation of `verdict`'s result, or None when there is nothing to send.
@@ -138,7 +140,7 @@ class DistributedBase(GuardMixin, BrakeCore):
                 self.failures.local.observe_digest(call, digest)
             return None
         key, argv = self.encode(call)
-        return key, (*argv, digest)
+        return key, (*argv[:6], digest)  # an observation has no cycle arguments
 
     def observation_failed(self, error: BaseException) -> None:
         """An observation Redis did not take: the streak goes on as if the result had not changed."""
@@ -185,9 +187,9 @@ class DistributedBase(GuardMixin, BrakeCore):
 
     def verdict(self, call: PreparedCall, reply: object, ticket: int) -> Verdict:
         """The script's reply to the check holding `ticket` as a verdict (raises `LoopBrakeError` on denial)."""
-        count, replayed = decode_reply(reply)
+        count, replayed, cycle = decode_reply(reply, self.settings.cycle_repeats)
         self.failures.succeeded(ticket)
-        return self.judge(call, count, replayed, "redis")
+        return self.judge(call, count, replayed, "redis", cycle)
 
     def without_redis(self, call: PreparedCall, error: BaseException | None, ticket: int = NO_TRY) -> Verdict:
         """Apply the failure policy; `error` is None when Redis is known down and was not asked.

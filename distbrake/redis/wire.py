@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import cast
 
-from ..core import PreparedCall, SessionState
+from ..core import Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
 
 __all__ = [
@@ -142,11 +142,15 @@ def _cut(text: str, limit: int) -> bytes:
 
 
 def encode_call(
-    call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int
+    call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None = None
 ) -> tuple[str, tuple[bytes | int, ...]]:
-    """KEYS[1] and ARGV for one check (see the header of lua/brake.lua)."""
+    """KEYS[1] and ARGV for one check (see the header of lua/brake.lua).
+
+    `cycles`: (max_cycle_period, cycle_repeats) when the cycle rule is on; it
+    adds ARGV[7] and ARGV[8].
+    """
     tool = _cut(call.tool_name, TOOL_BYTES)
-    return session_key(call.session_id, key_prefix), (
+    argv: tuple[bytes | int, ...] = (
         bytes.fromhex(call.digest[:32]) + ttl_ms.to_bytes(5, "big") + _call_id_bytes(call.call_id),
         call.max_repeats,
         ttl_ms,
@@ -154,6 +158,7 @@ def encode_call(
         window_ms,
         judged_by(call.max_repeats, call.warn_at, call.enforce),
     )
+    return session_key(call.session_id, key_prefix), argv if cycles is None else (*argv, *cycles)
 
 
 @lru_cache(maxsize=256)
@@ -185,11 +190,35 @@ def run_replies(reply: object, size: int) -> list[object]:
     return [((last - size + 1 + i) << 2) | replayed for i in range(size)]
 
 
-def decode_reply(reply: object) -> tuple[int, bool]:
-    """The script's integer into (count, replayed); anything else is `ScriptReplyError`."""
+def decode_reply(reply: object, repeats: int = 0) -> tuple[int, bool, Cycle | None]:
+    """The script's reply into (count, replayed, the cycle the call completes); else `ScriptReplyError`.
+
+    An integer is a plain answer; an array (cycles on, `repeats` = cycle_repeats)
+    adds the cycle: its period, its calls' 6-byte hash prefixes and their tools.
+    """
+    cycle = None
+    if isinstance(reply, list):
+        reply, cycle = _decode_cycle(reply, repeats)
     if not isinstance(reply, int) or isinstance(reply, bool) or reply < 4:
         raise ScriptReplyError(f"unexpected reply from the brake script: {type(reply).__name__}")
-    return reply >> 2, bool(reply & 1)
+    return reply >> 2, bool(reply & 1), cycle
+
+
+def _decode_cycle(reply: list[object], repeats: int) -> tuple[object, Cycle]:
+    code, period, entries, names = (*reply, None, None, None, None)[:4]
+    if not (
+        isinstance(period, int) and period >= 2 and isinstance(entries, bytes)
+        and len(entries) == 6 * period and isinstance(names, bytes)
+    ):
+        raise ScriptReplyError("unexpected cycle reply from the brake script")
+    tools, at = [], 0
+    while at < len(names):
+        tools.append(_text(names[at + 1:at + 1 + names[at]]))
+        at += 1 + names[at]
+    if len(tools) != period:
+        raise ScriptReplyError("unexpected cycle reply from the brake script")
+    prefixes = tuple(entries[i:i + 6].hex() for i in range(0, len(entries), 6))
+    return code, Cycle(period, repeats, prefixes, tuple(tools))
 
 
 def _text(value: object) -> str:
