@@ -49,3 +49,17 @@ def test_wheel_installs_and_finds_its_script(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     ).stdout
     assert "distbrake" in version and "0.1.0" in version
+
+
+def test_import_loads_no_embedded_backend_until_memory_is_used() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, distbrake\n"
+        "before = 'fakeredis' in sys.modules\n"
+        "distbrake.DistributedBrake.from_url('memory://lazy').check('t', 1)\n"
+        "print(before, 'fakeredis' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.split() == ["False", "True"]

@@ -14,9 +14,8 @@ from __future__ import annotations
 import ssl
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import fakeredis
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
@@ -58,11 +57,19 @@ UNLIMITED = 2**31  # redis-py's max_connections when none is given
 ATTEMPT_SHARE = 0.45
 
 _memory_lock = threading.Lock()
+if TYPE_CHECKING:
+    import fakeredis
+
 _memory_servers: dict[str, fakeredis.FakeServer] = {}
 
 
 def memory_server(name: str) -> fakeredis.FakeServer:
-    """The in-process fake server for `memory://name`, shared by every brake of this process."""
+    """The in-process fake server for `memory://name`, shared by every brake of this process.
+
+    fakeredis is imported here, when memory:// is first used, never by `import distbrake`.
+    """
+    import fakeredis
+
     with _memory_lock:
         server = _memory_servers.get(name)
         if server is None:
@@ -217,6 +224,8 @@ def sync_client(url: str | ParsedURL, timeout: float) -> Any:
     """A redis-py (or fakeredis) client for `url`, sync flavour."""
     parsed = parse_url(url) if isinstance(url, str) else url
     if parsed.kind == "memory":
+        import fakeredis
+
         return fakeredis.FakeRedis(server=memory_server(parsed.path))
     kwargs = _common(parsed, timeout, redis.retry.Retry(NoBackoff(), 1))
     if parsed.kind in ("redis", "unix"):
@@ -237,6 +246,8 @@ def async_client(url: str | ParsedURL, timeout: float) -> Any:
     """A redis.asyncio (or fakeredis) client for `url`."""
     parsed = parse_url(url) if isinstance(url, str) else url
     if parsed.kind == "memory":
+        import fakeredis
+
         return fakeredis.FakeAsyncRedis(server=memory_server(parsed.path))
     kwargs = _common(parsed, timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
     if parsed.kind in ("redis", "unix"):
