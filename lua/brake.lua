@@ -6,8 +6,9 @@ ARGV[1]  the call, or a run of k identical calls of this session in the order th
          then 5 bytes of each call's call id hash (26 bytes for one call)
 ARGV[2]  max_repeats for this tool, an integer >= 1
 ARGV[3]  ttl in milliseconds
-ARGV[4]  for inspection only: one byte holding the tool name's length, the tool name
-         (at most 64 bytes), then the session id (at most 128 bytes)
+ARGV[4]  for inspection only: one byte holding the tool name's length (plus 128 when the
+         session id's UUIDs are packed: a zero byte and 16 bytes each), the tool name (at most
+         64 bytes), then the session id (at most 128 bytes)
 ARGV[5]  the replay window in milliseconds (the brake's timeout)
 ARGV[6]  what the check is judged by, kept for `inspect` and `list`: the limit in decimal,
          then "w" and warn_at when set, then "s" in shadow mode (enforce=False): "3", "5w2s"
@@ -179,7 +180,7 @@ if not cycles then
 end
 local periods, entries, names = parse_ring()
 local longest, repeats = tonumber(ARGV[7]), tonumber(ARGV[8])
-local tool = string.sub(ARGV[4], 2, 1 + string.byte(ARGV[4], 1))
+local tool = string.sub(ARGV[4], 2, 1 + string.byte(ARGV[4], 1) % 128)
 entries = entries .. string.rep(string.sub(call, 1, 6), k)
 if #entries > longest * repeats * 6 then
   entries = string.sub(entries, -longest * repeats * 6)

@@ -42,6 +42,7 @@ DEFAULT_SESSIONS = 20_000
 QUICK_SESSIONS = 2_000
 CALL_ID_CHARS = 29
 SERVER_COST_SESSIONS = 10_000
+MEMORY_TOOL = "get_weather_forecast"  # a realistic tool name (12-24 characters)
 
 AnyBrake = TypeVar("AnyBrake", DistributedBrake, AsyncDistributedBrake)
 
@@ -267,7 +268,7 @@ async def _fill(
             nonlocal done
             while done < sessions:
                 done += 1
-                await brake.check("search", SMALL_ARGS[0], session_id=str(uuid.uuid4()),
+                await brake.check(MEMORY_TOOL, SMALL_ARGS[0], session_id=str(uuid.uuid4()),
                                   call_id=_call_id())
                 if done % 500 == 0:
                     step("memory_per_session", done, sessions)

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import os
 import re
+import uuid
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
@@ -149,16 +150,64 @@ def encode_call(
     `cycles`: (max_cycle_period, cycle_repeats) when the cycle rule is on; it
     adds ARGV[7] and ARGV[8].
     """
-    tool = _cut(call.tool_name, TOOL_BYTES)
     argv: tuple[bytes | int, ...] = (
         bytes.fromhex(call.digest[:32]) + ttl_ms.to_bytes(5, "big") + _call_id_bytes(call.call_id),
         call.max_repeats,
         ttl_ms,
-        bytes((len(tool),)) + tool + _cut(call.session_id, SESSION_BYTES),
+        about(call.tool_name, call.session_id),
         window_ms,
         judged_by(call.max_repeats, call.warn_at, call.enforce),
     )
     return session_key(call.session_id, key_prefix), argv if cycles is None else (*argv, *cycles)
+
+
+UUID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+PACKED_UUID = 0x80  # in ARGV[4]'s first byte: the session id's UUIDs are packed (the tool's length is <= 64)
+
+
+def about(tool_name: str, session_id: str) -> bytes:
+    """ARGV[4], the field s: the tool's length byte, the tool name (<= 64 bytes), the session id (<= 128 bytes).
+
+    Every canonical lowercase UUID in the session id is kept as a zero byte
+    and its 16 bytes (flagged by PACKED_UUID in the first byte), which keeps
+    a record of UUID sessions (or "<thread>/run/<run>" ids of them) small
+    enough for Redis's compact hash encoding; an id holding a zero byte is
+    kept as it is.
+    """
+    if len(session_id) <= 256:
+        return _cached_about(tool_name, session_id)
+    return _about(tool_name, session_id)
+
+
+@lru_cache(maxsize=4096)
+def _cached_about(tool_name: str, session_id: str) -> bytes:
+    return _about(tool_name, session_id)
+
+
+def _about(tool_name: str, session_id: str) -> bytes:
+    tool = _cut(tool_name, TOOL_BYTES)
+    session = _cut(session_id, SESSION_BYTES)
+    flag = 0
+    if b"\x00" not in session and UUID_TEXT.search(session):
+        session = UUID_TEXT.sub(_packed_uuid, session)
+        flag = PACKED_UUID
+    return bytes((len(tool) | flag,)) + tool + session
+
+
+def _packed_uuid(found: re.Match[bytes]) -> bytes:
+    return b"\x00" + bytes.fromhex(found.group().replace(b"-", b"").decode("ascii"))
+
+
+def _unpack_session(data: bytes) -> bytes:
+    """The session id of a packed field s (see `about`)."""
+    parts, at = [], 0
+    while (zero := data.find(b"\x00", at)) >= 0:
+        parts.append(data[at:zero])
+        raw = data[zero + 1:zero + 17]
+        parts.append(str(uuid.UUID(bytes=raw.ljust(16, b"\x00"))).encode())
+        at = zero + 17
+    parts.append(data[at:])
+    return b"".join(parts)
 
 
 @lru_cache(maxsize=256)
@@ -236,16 +285,19 @@ def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> Sessi
     packed, record, judged = (*fields, None)[:3]
     if not isinstance(record, bytes) or len(record) < 32 or not record[31:].isdigit():
         return None
-    about = packed if isinstance(packed, bytes) and packed else b"\x00"
-    tool_end = 1 + about[0]
+    field = packed if isinstance(packed, bytes) and packed else b"\x00"
+    tool_end = 1 + (field[0] & ~PACKED_UUID)
+    session = field[tool_end:]
+    if field[0] & PACKED_UUID:
+        session = _unpack_session(session)
     left_ms = pttl_ms if isinstance(pttl_ms, int) and pttl_ms >= 0 else None
     ttl_ms = int.from_bytes(record[26:31], "big")
     # The last check set the expiry to its own time + ttl, on Redis's clock.
     updated = now - (ttl_ms - left_ms) / 1000 if left_ms is not None else now
     match = _JUDGED.fullmatch(judged) if isinstance(judged, bytes) else None
     return SessionState(
-        session_id=_text(about[tool_end:]),
-        tool_name=_text(about[1:tool_end]),
+        session_id=_text(session),
+        tool_name=_text(field[1:tool_end]),
         hash_prefix=record[:6].hex(),
         count=int(record[31:]),
         ttl_seconds=None if left_ms is None else left_ms / 1000,

@@ -1,0 +1,54 @@
+"""The session record stays small: UUIDs in session ids are packed, so realistic records keep Redis's compact encoding.
+
+Redis keeps a hash as a listpack (the compact encoding) while every value
+is at most `hash-max-listpack-value` (64) bytes; a longer field s would
+make every record of the fleet about 120 bytes larger.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+from distbrake import DistributedBrake, session_key
+from tests.backends import ALL_BRAKES, Brakes, Checker, where
+
+STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
+THREAD, RUN = "6f1c0d1e-7a55-4c1e-9d1b-2b0e8f6a9c3d", "0b7e2f4a-91c3-4d8e-a5f6-3c2d1e0f9a8b"
+SESSIONS = [
+    THREAD,
+    f"{THREAD}/run/{RUN}",
+    THREAD.upper(),  # not canonical: kept as it is
+    f"a\x00{THREAD}",  # holds a zero byte: kept as it is
+    "\u00e9" * 60 + THREAD,  # cut at 128 bytes, never inside a character
+    "plain-session",
+]
+
+
+@pytest.mark.parametrize("kind", STORED_BRAKES)
+async def test_session_ids_round_trip_through_the_record(kind: str, brakes: Brakes) -> None:
+    brake = Checker(brakes(kind, timeout_seconds=10.0))
+    for session in SESSIONS:
+        await brake.check("get_weather_forecast", {"city": "Paris"}, session_id=session)
+    shown = {state.session_id for state in await brake.sessions()}
+    expected = {session.encode()[:128].decode("utf-8", "ignore") for session in SESSIONS}
+    assert shown == expected
+    state = await brake.inspect(f"{THREAD}/run/{RUN}")
+    assert state is not None and (state.session_id, state.tool_name) == (f"{THREAD}/run/{RUN}", "get_weather_forecast")
+    assert [found.session_id for found in await brake.sessions(f"{THREAD}/run/*")] == [state.session_id]
+
+
+@pytest.mark.parametrize("tool", ["web_search_v2", "search_internal_document"])  # 13 and 24 characters
+def test_realistic_records_keep_the_compact_encoding(redis_url: str, tool: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with DistributedBrake.from_url(redis_url) as brake:
+            for session in (str(uuid.uuid4()), f"{uuid.uuid4()}/run/{uuid.uuid4()}"):
+                brake.check(tool, {"city": "Paris"}, session_id=session)
+                brake.check(tool, {"city": "Paris"}, session_id=session)
+                assert client.object("encoding", session_key(session)) == b"listpack", session
+                assert max(len(value) for value in client.hgetall(session_key(session)).values()) <= 64
+    finally:
+        client.close()
