@@ -9,7 +9,8 @@ A session scope says how long a streak lives:
 * `scope="conversation"`: the thread (conversation) id alone, across turns.
 
 An explicit `session_id=` callable (given the framework's own context object,
-documented per adapter) overrides both.
+documented per adapter) overrides both; when it returns None or "" the
+scope's rule applies (`chosen_session`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 
-__all__ = ["SCOPES", "Scope", "SessionIdFunction", "check_adapter_options", "scoped_session"]
+__all__ = [
+    "SCOPES", "Scope", "SessionIdFunction", "check_adapter_options", "chosen_session", "scoped_session",
+]
 
 Scope = Literal["run", "conversation"]
 SCOPES: tuple[Scope, ...] = ("run", "conversation")
@@ -60,3 +63,16 @@ def scoped_session(scope: str, conversation: object, run: object) -> str | None:
     if scope == "run" and run is not None and run != "":
         return f"run/{run}" if thread is None else f"{thread}/run/{run}"
     return thread
+
+
+def chosen_session(
+    session_id: Callable[[Any], object] | None,
+    context: Any,
+    default: Callable[[Any], object],
+) -> object:
+    """`session_id(context)` when it names a session (not None, not ""), else `default(context)`."""
+    if session_id is not None:
+        chosen = session_id(context)
+        if chosen is not None and chosen != "":
+            return chosen
+    return default(context)
