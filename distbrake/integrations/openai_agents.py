@@ -28,10 +28,13 @@ The session, by `scope`. The conversation is, first match wins: a
 `session_id` key or attribute of your run context (`Runner.run(...,
 context=...)`); `RunConfig.group_id` (the conversation id of the trace).
 `scope="run"` (the default) keys a streak on the conversation together with
-the run: the SDK has no run id, so each `Runner.run` (or `run_streamed`) gets
-one, held for the run's own `Usage` object, which the SDK shares with every
-tool call of that run (a run resumed from a `RunState` is a new run). The
-same question in three user turns is then three streaks of one call.
+the run: the SDK has no run id, so distbrake gives each `Runner.run` (or
+`run_streamed`) one, kept as an attribute of the run's `Usage` object, which
+the SDK shares with every tool call of the run and copies into its
+`RunState` (a run interrupted for approval and resumed in the same process
+keeps its streak; one resumed from `RunState.to_json` in another process
+starts a new one). The same question in three user turns is then three
+streaks of one call.
 `scope="conversation"` keys it on the conversation alone, across runs. With
 neither, distbrake's own rule (a session bound with `bind_session`, else
 `"default"`). `session_id=callable(data)` (given the
@@ -78,7 +81,6 @@ from __future__ import annotations
 
 import functools
 import json
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, TypeVar, get_args
@@ -129,8 +131,8 @@ _allowed: ContextVar[tuple[Brake, str | None, list[Any]] | None] = ContextVar(
     "distbrake_openai_agents_allowed", default=None
 )
 
-# id(the run's Usage object) -> the run id distbrake gave that run (dropped with the object).
-_runs: dict[int, str] = {}
+# The attribute of a run's `Usage` object that holds the run id distbrake gave that run.
+_RUN_ATTRIBUTE = "_distbrake_run_id"
 
 
 def _reject_constant(name: str) -> Any:
@@ -175,17 +177,17 @@ def resolve_session(data: ToolInputGuardrailData) -> str | None:
 
 
 def run_id(data: ToolInputGuardrailData) -> str | None:
-    """The id of the `Runner.run` this call belongs to (one per run, held for the run's `Usage`)."""
+    """The id distbrake gave the run this call belongs to (kept on the run's `Usage`; see the module text)."""
     usage = data.context.usage  # one object per run, shared by the run's tool calls
-    key = id(usage)
-    found = _runs.get(key)
-    if found is None:
-        try:
-            weakref.finalize(usage, _runs.pop, key, None)
-        except TypeError:  # not weak-referenceable: no run id, the conversation decides
-            return None
-        found = _runs[key] = uuid4().hex
-    return found
+    found = getattr(usage, _RUN_ATTRIBUTE, None)
+    if isinstance(found, str):
+        return found
+    made = uuid4().hex
+    try:
+        setattr(usage, _RUN_ATTRIBUTE, made)
+    except (AttributeError, TypeError):  # an object that takes no attribute: the conversation decides
+        return None
+    return made
 
 
 def denial_info(error: LoopBrakeError) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from ..errors import ConfigurationError
+from ..session import bound_session
 
 __all__ = [
     "SCOPES", "Scope", "SessionIdFunction", "check_adapter_options", "chosen_session", "scoped_session",
@@ -57,10 +58,14 @@ def scoped_session(scope: str, conversation: object, run: object) -> str | None:
 
     With `scope="run"` and a run id, the id is `<conversation>/run/<run>`
     (just `run/<run>` without a conversation); without a run id it falls back
-    to the conversation.
+    to the conversation. When the framework names no conversation, the
+    session bound with `bind_session` (if any) stands for it, so a bound
+    session is kept under both scopes.
     """
     thread = None if conversation is None or conversation == "" else str(conversation)
     if scope == "run" and run is not None and run != "":
+        if thread is None:
+            thread = bound_session()
         return f"run/{run}" if thread is None else f"{thread}/run/{run}"
     return thread
 
