@@ -816,6 +816,21 @@ def test_one_search_per_user_turn_is_not_a_loop_by_default(
     assert search.runs == ["weather"] * 3
 
 
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_one_search_per_user_turn_is_not_a_loop_in_async_runs(
+    kind: str, brakes: Callable[..., Any]
+) -> None:
+    search = Search()
+    scripted = model(*(m for i in range(3) for m in (calls(f"d{i}"), AIMessage(content=f"a{i}"))))
+    middleware = LoopBrakeMiddleware(brakes(kind))
+    agent = create_agent(scripted, [search.tool], middleware=[middleware], checkpointer=InMemorySaver())
+    for day in DAYS:
+        await agent.ainvoke({"messages": [{"role": "user", "content": day}]}, config("week-async"))
+
+    assert search.runs == ["weather"] * 3
+    assert scripted.refusals() == []
+
+
 def test_scope_conversation_counts_across_user_turns(brakes: Callable[..., Any]) -> None:
     search, statuses = week(LoopBrakeMiddleware(brakes("sync-memory"), scope="conversation"))
 

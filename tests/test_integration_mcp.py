@@ -183,11 +183,13 @@ async def test_principal_session_and_scoping(principal: AccessToken, wiring: str
     async with Client(app.server) as client:
         plain = [await call(client) for _ in range(3)]
         scoped = await call(client, {"session_id": "s1"})
+        run = await call(client, {"run_id": "r1"})  # a run of the principal's own session
     assert [d for d, _ in plain] == [False, False, True]
-    assert scoped[0] is False
+    assert scoped[0] is False and run[0] is False
     # Parts are percent-quoted: "bot:1" and "u/7" cannot forge the separators.
     assert sorted(s.session_id for s in brake.sessions()) == [
         "principal:bot%3A1::u%2F7",
+        "principal:bot%3A1::u%2F7/run/r1",
         "principal:bot%3A1::u%2F7/s1",
     ]
 
