@@ -12,11 +12,12 @@ Each tool call the model makes is checked before the tool runs:
 * session, by `scope`: `scope="run"` (the default) keys a streak on the
   thread id (`config={"configurable": {"thread_id": ...}}`, read from
   `request.runtime.execution_info`) together with the run: the invocation's
-  `run_id` (`execution_info.run_id`, the `run_id` of the invoke config, which
-  LangGraph Platform sets per run), else the id of the latest user
-  (`HumanMessage`) message in the state, the turn being answered (it is
-  checkpointed, so a run resumed on another worker keeps its streak). The
-  same question in three user turns is then three streaks of one call.
+  `run_id` (`execution_info.run_id`: the `run_id` of the invoke config, when
+  one is passed), else the id of the latest user message (`HumanMessage`) in
+  the state, the turn being answered (it is checkpointed, so a run resumed
+  after an interrupt, on any worker sharing the checkpointer, keeps its
+  streak). The same question in three user turns is then three streaks of
+  one call.
   `scope="conversation"` keys it on the thread id alone, across turns. With
   neither (no thread, no run), the session bound with
   `distbrake.bind_session`, else `"default"`. `session_id=callable(request)`
