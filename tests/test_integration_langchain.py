@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
@@ -27,6 +28,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 from pydantic import Field
 
 from distbrake import (
@@ -829,6 +831,26 @@ async def test_one_search_per_user_turn_is_not_a_loop_in_async_runs(
 
     assert search.runs == ["weather"] * 3
     assert scripted.refusals() == []
+
+
+def test_a_run_resumed_after_an_interrupt_keeps_its_streak(brakes: Callable[..., Any]) -> None:
+    """Each approval resumes the run in a new invocation: the user turn, and so the streak, is the same."""
+    search, scripted = Search(), repeating()
+    approval = HumanInTheLoopMiddleware(interrupt_on={"search": True})
+    agent = create_agent(
+        scripted, [search.tool], middleware=[approval, LoopBrakeMiddleware(brakes("sync-memory"))],
+        checkpointer=InMemorySaver(),
+    )
+    result = agent.invoke(INPUT, config("t-approve"))
+    resumes = 0
+    while "__interrupt__" in result:
+        result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config("t-approve"))
+        resumes += 1
+
+    assert resumes == 3
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert result["messages"][-1].content == FINAL
 
 
 def test_scope_conversation_counts_across_user_turns(brakes: Callable[..., Any]) -> None:
