@@ -519,8 +519,8 @@ async def test_a_raised_error_is_observed_as_a_result(failure: str) -> None:
 DAYS = ("monday", "tuesday", "wednesday")
 
 
-async def week(brake: Brake, **options: Any) -> tuple[Search, list[str]]:
-    """One conversation, three user turns (three `Runner.run`s), each making one identical `search`."""
+async def week(brake: Brake, streamed: bool = False, **options: Any) -> tuple[Search, list[str]]:
+    """One conversation, three user turns (three runs), each making one identical `search`."""
     search = Search()
     turns = [[step] for i in range(3) for step in (*calls(f"call_{i}"), assistant_message(f"a{i}"))]
     model = ScriptedModel(turns)
@@ -528,7 +528,13 @@ async def week(brake: Brake, **options: Any) -> tuple[Search, list[str]]:
     history: list[Any] = []
     behaviors: list[str] = []
     for day in DAYS:
-        result = await Runner.run(agent, [*history, {"role": "user", "content": day}], run_config=config("week"))
+        turn: Any = [*history, {"role": "user", "content": day}]
+        if streamed:
+            result: Any = Runner.run_streamed(agent, turn, run_config=config("week"))
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await Runner.run(agent, turn, run_config=config("week"))
         history = result.to_input_list()
         behaviors += [r.output.behavior["type"] for r in result.tool_input_guardrail_results]
     return search, behaviors
@@ -541,11 +547,19 @@ async def test_one_search_per_user_turn_is_not_a_loop_by_default(make_brake: Cal
     assert search.runs == 3
 
 
-async def test_scope_conversation_counts_across_user_turns() -> None:
-    search, behaviors = await week(LoopBrake(), scope="conversation")
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_scope_conversation_counts_across_user_turns(streamed: bool) -> None:
+    search, behaviors = await week(LoopBrake(), streamed, scope="conversation")
 
     assert behaviors == ["allow", "allow", "reject_content"]
     assert search.runs == 2
+
+
+async def test_run_streamed_is_a_run_too() -> None:
+    search, behaviors = await week(LoopBrake(), streamed=True)
+
+    assert behaviors == ["allow", "allow", "allow"]
+    assert search.runs == 3
 
 
 def test_scope_and_session_id_are_checked_at_build_time() -> None:
@@ -557,3 +571,16 @@ def test_scope_and_session_id_are_checked_at_build_time() -> None:
         with pytest.raises(TypeError, match="session_id"):
             build(session_id="conv-1")
     assert agent.tools[0].tool_input_guardrails is None  # nothing attached by a failed build
+
+
+async def test_one_streamed_run_is_one_streak() -> None:
+    search = Search()
+    agent = attach_loop_brake(Agent(name="a", model=one_call_per_turn(), tools=[search.tool()]), LoopBrake())
+    result = Runner.run_streamed(agent, "weather?", run_config=config())
+    async for _ in result.stream_events():
+        pass
+
+    assert [r.output.behavior["type"] for r in result.tool_input_guardrail_results] == [
+        "allow", "allow", "reject_content",
+    ]
+    assert search.runs == 2
