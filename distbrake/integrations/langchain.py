@@ -18,10 +18,11 @@ Each tool call the model makes is checked before the tool runs:
   after an interrupt, on any worker sharing the checkpointer, keeps its
   streak). The same question in three user turns is then three streaks of
   one call.
-  `scope="conversation"` keys it on the thread id alone, across turns. With
-  neither (no thread, no run), the session bound with
-  `distbrake.bind_session`, else `"default"`. `session_id=callable(request)`
-  (given the `ToolCallRequest`) overrides both when it returns a str;
+  `scope="conversation"` keys it on the thread id alone, across turns.
+  Without a thread, a session bound with `distbrake.bind_session` stands for
+  it (with none, `"run/<run>"`, or `"default"` under `scope="conversation"`).
+  `session_id=callable(request)` (given the `ToolCallRequest`) overrides both
+  when it returns a str;
 * call id: the model's tool call id (`tool_call["id"]`) prefixed with the
   LangGraph task running it (`execution_info.task_id`). Every layer of one
   call sees the same id, so a call that passes two braked layers is counted

@@ -35,10 +35,11 @@ the SDK shares with every tool call of the run and copies into its
 keeps its streak; one resumed from `RunState.to_json` in another process
 starts a new one). The same question in three user turns is then three
 streaks of one call.
-`scope="conversation"` keys it on the conversation alone, across runs. With
-neither, distbrake's own rule (a session bound with `bind_session`, else
-`"default"`). `session_id=callable(data)` (given the
-`ToolInputGuardrailData`) overrides both when it returns a str.
+`scope="conversation"` keys it on the conversation alone, across runs.
+Without a conversation, a session bound with `bind_session` stands for it
+(with none, `"run/<run>"`, or `"default"` under `scope="conversation"`).
+`session_id=callable(data)` (given the `ToolInputGuardrailData`) overrides
+both when it returns a str.
 
 One turn can emit several identical calls, which the SDK runs concurrently:
 every brake's check is one atomic step (a lock in process, one Lua script in
