@@ -36,6 +36,7 @@ from distbrake import (
     ConfigurationError,
     LoopBrake,
     LoopBrakeError,
+    bind_session,
     call_hash,
     hash_prefix,
 )
@@ -245,6 +246,16 @@ def test_without_a_thread_id_the_session_is_the_run_or_default(
         agent.invoke(INPUT)
 
     assert caught.value.session_id.startswith(session)
+
+
+def test_without_a_thread_id_a_bound_session_stands_for_it(brakes: Callable[..., Any], search: Search) -> None:
+    middleware = LoopBrakeMiddleware(brakes("loop"), on_deny="raise")
+    agent = create_agent(repeating(), [search.tool], middleware=[middleware])
+
+    with bind_session("ticket-9"), pytest.raises(LoopBrakeError) as caught:
+        agent.invoke(INPUT)
+
+    assert caught.value.session_id.startswith("ticket-9/run/")
 
 
 def test_sync_run_with_an_async_brake_is_a_clear_type_error(search: Search) -> None:
