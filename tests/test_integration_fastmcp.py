@@ -23,6 +23,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
 from distbrake import (
+    ConfigurationError,
     LoopBrake,
     LoopBrakeError,
     call_hash,
@@ -176,7 +177,7 @@ async def test_a_brake_keyed_on_the_transport_session_would_never_fire() -> None
     def transport_id(context: Any) -> str:
         return str(context.fastmcp_context.session_id)
 
-    app = SearchServer(brake, session_from=transport_id)
+    app = SearchServer(brake, session_id=transport_id)
     async with Client(app.mcp) as client:
         results = [await call(client, {"session_id": "s1"}) for _ in range(4)]
     assert [denied for denied, _ in results] == [False] * 4
@@ -248,7 +249,7 @@ async def test_meta_session_is_scoped_by_the_principal(principal: AccessToken) -
     ]
 
 
-async def test_session_from_overrides_and_none_falls_back() -> None:
+async def test_session_id_overrides_and_none_falls_back() -> None:
     brake = LoopBrake()
     seen: list[Any] = []
 
@@ -257,20 +258,20 @@ async def test_session_from_overrides_and_none_falls_back() -> None:
         meta = context.fastmcp_context.request_context.meta or {}
         return meta.get("tenant")
 
-    app = SearchServer(brake, session_from=from_header)
+    app = SearchServer(brake, session_id=from_header)
     async with Client(app.mcp) as client:
         await call(client, {"tenant": "acme", "session_id": "ignored"})
-        await call(client, {"session_id": "s9"})  # session_from says None: the default rule
+        await call(client, {"session_id": "s9"})  # session_id says None: the default rule
     assert seen == ["search", "search"]
     assert sorted(s.session_id for s in brake.sessions()) == ["acme", "s9"]
 
 
 async def test_custom_meta_key() -> None:
     brake = LoopBrake()
-    app = SearchServer(brake, meta_key="run_id")
+    app = SearchServer(brake, meta_key="thread_id")
     async with Client(app.mcp) as client:
-        await call(client, {"run_id": "r-1", "session_id": "not-this"})
-    assert [s.session_id for s in brake.sessions()] == ["r-1"]
+        await call(client, {"thread_id": "t-1", "session_id": "not-this"})
+    assert [s.session_id for s in brake.sessions()] == ["t-1"]
 
 
 async def test_client_call_id_makes_a_retry_count_once(make_brake: Callable[..., Brake]) -> None:
@@ -457,3 +458,48 @@ async def test_a_raised_error_is_observed_as_a_result(make_brake: Callable[..., 
     poller = Poller(make_brake(tools=POLLER), answers)
     assert await poller.poll(6) == [False, True, False, True, False, True]  # the tool's own errors
     assert poller.runs == 6
+
+
+# -- the session scope: the client names the session, and may name its run --------------
+
+DAYS = ("monday", "tuesday", "wednesday")
+
+
+async def week(app: SearchServer, with_run: bool = True) -> list[bool]:
+    """One conversation, three user turns, one identical `search` each: was each turn's call refused?"""
+    async with Client(app.mcp) as client:
+        return [
+            (await call(client, {"session_id": "week", **({"run_id": f"run-{day}"} if with_run else {})}))[0]
+            for day in DAYS
+        ]
+
+
+async def test_a_client_run_id_makes_each_turn_its_own_streak(make_brake: Callable[..., Brake]) -> None:
+    brake = make_brake()
+    app = SearchServer(brake)
+
+    assert await week(app) == [False, False, False]
+    assert app.runs == 3
+    assert await session_names(brake) == [f"week/run/run-{day}" for day in sorted(DAYS)]
+
+
+async def test_scope_conversation_ignores_the_client_run_id() -> None:
+    brake = LoopBrake()
+    app = SearchServer(brake, scope="conversation")
+
+    assert await week(app) == [False, False, True]
+    assert [s.session_id for s in brake.sessions()] == ["week"]
+
+
+@pytest.mark.parametrize("scope", ["run", "conversation"])
+async def test_without_a_run_id_both_scopes_are_the_clients_session(scope: Any) -> None:
+    assert await week(SearchServer(LoopBrake(), scope=scope), with_run=False) == [False, False, True]
+
+
+def test_scope_and_session_id_are_checked_at_build_time() -> None:
+    with pytest.raises(ConfigurationError, match="scope"):
+        LoopBrakeMiddleware(LoopBrake(), scope="thread")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="session_id"):
+        LoopBrakeMiddleware(LoopBrake(), session_id="week")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="check"):
+        LoopBrakeMiddleware(object())  # type: ignore[arg-type]

@@ -12,19 +12,23 @@ import importlib
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 from pydantic import Field
 
 from distbrake import (
@@ -32,6 +36,7 @@ from distbrake import (
     ConfigurationError,
     LoopBrake,
     LoopBrakeError,
+    bind_session,
     call_hash,
     hash_prefix,
 )
@@ -44,8 +49,11 @@ FINAL = "final answer: it is sunny"
 INPUT: Any = {"messages": [{"role": "user", "content": "weather?"}]}
 
 
-def config(thread_id: str) -> Any:
-    return {"configurable": {"thread_id": thread_id}}
+def config(thread_id: str, run_id: uuid.UUID | None = None) -> Any:
+    found: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+    if run_id is not None:
+        found["run_id"] = run_id
+    return found
 
 
 # -- the scripted model, the tool, the brakes ------------------------------------------
@@ -194,7 +202,7 @@ def test_agent_invoke_on_deny_raise_aborts_the_run(
     error = caught.value
     assert (error.tool_name, error.count, error.max_repeats) == ("search", 3, 3)
     assert error.hash_prefix == PREFIX
-    assert error.session_id == "t-raise"
+    assert error.session_id.startswith("t-raise/run/")  # the thread's run (the user turn)
     assert len(scripted.prompts) == 3  # the model never got a 4th turn
 
 
@@ -210,7 +218,7 @@ async def test_agent_ainvoke_on_deny_raise_aborts_the_run(
         await agent.ainvoke(INPUT, config("t-araise"))
 
     assert search.runs == ["weather", "weather"]
-    assert caught.value.session_id == "t-araise"
+    assert caught.value.session_id.startswith("t-araise/run/")
     assert caught.value.hash_prefix == PREFIX
 
 
@@ -227,16 +235,27 @@ def test_a_different_call_breaks_the_streak(brakes: Callable[..., Any], search: 
     assert result["messages"][-1].content == FINAL
 
 
-def test_without_a_thread_id_the_session_is_default(
-    brakes: Callable[..., Any], search: Search
+@pytest.mark.parametrize(("scope", "session"), [("run", "run/"), ("conversation", "default")])
+def test_without_a_thread_id_the_session_is_the_run_or_default(
+    scope: Any, session: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    middleware = LoopBrakeMiddleware(brakes("loop"), on_deny="raise")
+    middleware = LoopBrakeMiddleware(brakes("loop"), on_deny="raise", scope=scope)
     agent = create_agent(repeating(), [search.tool], middleware=[middleware])
 
     with pytest.raises(LoopBrakeError) as caught:
         agent.invoke(INPUT)
 
-    assert caught.value.session_id == "default"
+    assert caught.value.session_id.startswith(session)
+
+
+def test_without_a_thread_id_a_bound_session_stands_for_it(brakes: Callable[..., Any], search: Search) -> None:
+    middleware = LoopBrakeMiddleware(brakes("loop"), on_deny="raise")
+    agent = create_agent(repeating(), [search.tool], middleware=[middleware])
+
+    with bind_session("ticket-9"), pytest.raises(LoopBrakeError) as caught:
+        agent.invoke(INPUT)
+
+    assert caught.value.session_id.startswith("ticket-9/run/")
 
 
 def test_sync_run_with_an_async_brake_is_a_clear_type_error(search: Search) -> None:
@@ -275,10 +294,12 @@ def test_two_workers_share_a_thread_streak_through_redis(
     search_a, search_b = Search(), Search()
     model_a, model_b = repeating(2, "a"), repeating(1, "b")
     worker_a = create_agent(
-        model_a, [search_a.tool], middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))]
+        model_a, [search_a.tool],
+        middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url), scope="conversation")],
     )
     worker_b = create_agent(
-        model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))]
+        model_b, [search_b.tool],
+        middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url), scope="conversation")],
     )
 
     worker_a.invoke(INPUT, config("shared"))
@@ -290,7 +311,7 @@ def test_two_workers_share_a_thread_streak_through_redis(
     assert result["messages"][-1].content == FINAL
 
 
-async def test_two_async_workers_share_a_thread_streak_through_redis(
+async def test_two_async_workers_share_one_runs_streak_through_redis(
     redis_url: str, brakes: Callable[..., Any]
 ) -> None:
     search_a, search_b = Search(), Search()
@@ -301,9 +322,10 @@ async def test_two_async_workers_share_a_thread_streak_through_redis(
     )
     brake_b = AsyncDistributedBrake.from_url(redis_url)
     worker_b = create_agent(model_b, [search_b.tool], middleware=[LoopBrakeMiddleware(brake_b)])
+    run = uuid.uuid4()  # one run (LangGraph's run_id) continued by a second worker
     try:
-        await worker_a.ainvoke(INPUT, config("shared-async"))
-        await worker_b.ainvoke(INPUT, config("shared-async"))
+        await worker_a.ainvoke(INPUT, config("shared-async", run))
+        await worker_b.ainvoke(INPUT, config("shared-async", run))
     finally:
         await brake_b.aclose()
 
@@ -322,7 +344,8 @@ from tests.test_integration_langchain import INPUT, Search, config, repeating
 url, thread = sys.argv[1:]
 search, scripted = Search(), repeating(1, "b")
 with DistributedBrake.from_url(url) as brake:
-    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brake)])
+    middleware = LoopBrakeMiddleware(brake, scope="conversation")
+    agent = create_agent(scripted, [search.tool], middleware=[middleware])
     result = agent.invoke(INPUT, config(thread))
 print(json.dumps({
     "runs": len(search.runs),
@@ -337,7 +360,7 @@ def test_a_worker_process_continues_the_thread_streak(
 ) -> None:
     worker_a = create_agent(
         repeating(2, "a"), [search.tool],
-        middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url))],
+        middleware=[LoopBrakeMiddleware(brakes("sync-redis", redis_url), scope="conversation")],
     )
     worker_a.invoke(INPUT, config("shared-process"))
 
@@ -502,11 +525,12 @@ def test_two_wrappers_count_a_call_once(
     scripted = repeating()
     app = graph(scripted, ToolNode([search.tool], wrap_tool_call=stacked(outer, inner)))
 
-    app.invoke(INPUT, config("tn-twice"))
+    run = uuid.uuid4()
+    app.invoke(INPUT, config("tn-twice", run))
 
     assert search.runs == ["weather", "weather"]  # not halved: each call counted once
     assert_refused(scripted)
-    state = first.inspect("tn-twice")
+    state = first.inspect(f"tn-twice/run/{run}")
     assert state is not None
     assert state.count == 3
 
@@ -776,3 +800,100 @@ async def test_a_raised_error_is_observed_as_a_result(face: str, brakes: Callabl
     statuses = [m.status for m in tool_messages(scripted.prompts[-1])]
     assert statuses == ["success", "error"] * 3  # the tool's own errors, never a refusal
     assert all("loop brake" not in str(m.content) for m in tool_messages(scripted.prompts[-1]))
+
+
+# -- the session scope: a run (the default) or the whole conversation ----------------------
+
+DAYS = ("monday", "tuesday", "wednesday")
+
+
+def week(middleware: LoopBrakeMiddleware) -> tuple[Search, list[str | None]]:
+    """One thread, three user turns, each making one identical `search`: each turn's tool status."""
+    search = Search()
+    scripted = model(*(m for i in range(3) for m in (calls(f"d{i}"), AIMessage(content=f"a{i}"))))
+    agent = create_agent(scripted, [search.tool], middleware=[middleware], checkpointer=InMemorySaver())
+    statuses: list[str | None] = []
+    for day in DAYS:
+        result = agent.invoke({"messages": [{"role": "user", "content": day}]}, config("week"))
+        statuses.append(next(m.status for m in reversed(result["messages"]) if isinstance(m, ToolMessage)))
+    return search, statuses
+
+
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
+def test_one_search_per_user_turn_is_not_a_loop_by_default(
+    kind: str, brakes: Callable[..., Any]
+) -> None:
+    search, statuses = week(LoopBrakeMiddleware(brakes(kind)))
+
+    assert statuses == ["success", "success", "success"]
+    assert search.runs == ["weather"] * 3
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_one_search_per_user_turn_is_not_a_loop_in_async_runs(
+    kind: str, brakes: Callable[..., Any]
+) -> None:
+    search = Search()
+    scripted = model(*(m for i in range(3) for m in (calls(f"d{i}"), AIMessage(content=f"a{i}"))))
+    middleware = LoopBrakeMiddleware(brakes(kind))
+    agent = create_agent(scripted, [search.tool], middleware=[middleware], checkpointer=InMemorySaver())
+    for day in DAYS:
+        await agent.ainvoke({"messages": [{"role": "user", "content": day}]}, config("week-async"))
+
+    assert search.runs == ["weather"] * 3
+    assert scripted.refusals() == []
+
+
+def test_a_run_resumed_after_an_interrupt_keeps_its_streak(brakes: Callable[..., Any]) -> None:
+    """Each approval resumes the run in a new invocation: the user turn, and so the streak, is the same."""
+    search, scripted = Search(), repeating()
+    approval = HumanInTheLoopMiddleware(interrupt_on={"search": True})
+    agent = create_agent(
+        scripted, [search.tool], middleware=[approval, LoopBrakeMiddleware(brakes("sync-memory"))],
+        checkpointer=InMemorySaver(),
+    )
+    result = agent.invoke(INPUT, config("t-approve"))
+    resumes = 0
+    while "__interrupt__" in result:
+        result = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config("t-approve"))
+        resumes += 1
+
+    assert resumes == 3
+    assert search.runs == ["weather", "weather"]
+    assert_refused(scripted)
+    assert result["messages"][-1].content == FINAL
+
+
+def test_scope_conversation_counts_across_user_turns(brakes: Callable[..., Any]) -> None:
+    search, statuses = week(LoopBrakeMiddleware(brakes("sync-memory"), scope="conversation"))
+
+    assert statuses == ["success", "success", "error"]
+    assert search.runs == ["weather"] * 2
+
+
+def test_a_session_id_callable_is_given_the_request(brakes: Callable[..., Any]) -> None:
+    brake = brakes("loop")
+    seen: list[Any] = []
+
+    def by_user(request: ToolCallRequest) -> str | None:
+        seen.append(request)
+        return None if request.tool_call["id"] == "call_1" else "user-42"
+
+    scripted = repeating(4)
+    agent = create_agent(scripted, [Search().tool], middleware=[LoopBrakeMiddleware(brake, session_id=by_user)])
+    agent.invoke(INPUT, config("t-callable"))
+
+    assert all(isinstance(r, ToolCallRequest) for r in seen) and len(seen) == 4
+    sessions = {state.session_id: state.count for state in brake.sessions()}
+    assert sessions.pop("user-42") == 3  # calls 2-4: the third is refused
+    [(fallback, count)] = sessions.items()  # call 1: None, so the default rule (the run)
+    assert fallback.startswith("t-callable/run/") and count == 1
+    assert_refused(scripted, "call_4")
+
+
+def test_scope_and_session_id_are_checked_at_build_time() -> None:
+    for build in (LoopBrakeMiddleware, tool_call_wrappers):
+        with pytest.raises(ConfigurationError, match="scope"):
+            build(LoopBrake(), scope="thread")  # type: ignore[operator]
+        with pytest.raises(TypeError, match="session_id"):
+            build(LoopBrake(), session_id="t-1")  # type: ignore[operator]

@@ -24,7 +24,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.extension import compose_tool_call_handler
 from mcp.shared.exceptions import MCPError
 
-from distbrake import LoopBrake, call_hash, hash_prefix
+from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
 from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
@@ -183,30 +183,32 @@ async def test_principal_session_and_scoping(principal: AccessToken, wiring: str
     async with Client(app.server) as client:
         plain = [await call(client) for _ in range(3)]
         scoped = await call(client, {"session_id": "s1"})
+        run = await call(client, {"run_id": "r1"})  # a run of the principal's own session
     assert [d for d, _ in plain] == [False, False, True]
-    assert scoped[0] is False
+    assert scoped[0] is False and run[0] is False
     # Parts are percent-quoted: "bot:1" and "u/7" cannot forge the separators.
     assert sorted(s.session_id for s in brake.sessions()) == [
         "principal:bot%3A1::u%2F7",
+        "principal:bot%3A1::u%2F7/run/r1",
         "principal:bot%3A1::u%2F7/s1",
     ]
 
 
 @pytest.mark.parametrize("wiring", WIRINGS)
-async def test_session_from_and_meta_keys(wiring: str) -> None:
+async def test_session_id_and_meta_keys(wiring: str) -> None:
     brake = LoopBrake()
 
     def tenant(ctx: ServerRequestContext[Any, Any]) -> str | None:
         meta = (ctx.params or {}).get("_meta") or {}
         return meta.get("tenant")
 
-    app = SearchServer(brake, wiring, session_from=tenant, meta_key="run_id", call_id_key=None)
+    app = SearchServer(brake, wiring, session_id=tenant, meta_key="thread_id", call_id_key=None)
     async with Client(app.server) as client:
-        await call(client, {"tenant": "acme", "run_id": "r1"})
-        await call(client, {"run_id": "r1", "session_id": "nope"})
-        await call(client, {"run_id": "r1", "call_id": "c"})  # call ids not read: counts
-        await call(client, {"run_id": "r1", "call_id": "c"})
-    assert sorted((s.session_id, s.count) for s in brake.sessions()) == [("acme", 1), ("r1", 3)]
+        await call(client, {"tenant": "acme", "thread_id": "t1"})
+        await call(client, {"thread_id": "t1", "session_id": "nope"})
+        await call(client, {"thread_id": "t1", "call_id": "c"})  # call ids not read: counts
+        await call(client, {"thread_id": "t1", "call_id": "c"})
+    assert sorted((s.session_id, s.count) for s in brake.sessions()) == [("acme", 1), ("t1", 3)]
 
 
 async def test_extension_on_the_high_level_mcpserver(make_brake: Callable[..., Brake]) -> None:
@@ -231,6 +233,7 @@ async def test_extension_on_the_high_level_mcpserver(make_brake: Callable[..., B
     assert advertised.extensions[LoopBrakeExtension.identifier] == {
         "sessionMetaKey": "session_id",
         "callIdMetaKey": "call_id",
+        "runIdMetaKey": "run_id",
     }
 
 
@@ -396,3 +399,60 @@ async def test_a_raised_error_is_observed_as_a_result(wiring: str) -> None:
     poller = PollServer(LoopBrake(tools=POLLER), wiring, answers)
     assert await poller.poll(6) == ["ok", "raised"] * 3  # each differs from the one before
     assert poller.runs == 6
+
+
+# -- the session scope: the client names the session, and may name its run --------------
+
+DAYS = ("monday", "tuesday", "wednesday")
+
+
+async def week(app: SearchServer, with_run: bool = True) -> list[bool]:
+    """One conversation, three user turns, one identical `search` each: was each turn's call refused?"""
+    async with Client(app.server) as client:
+        return [
+            (await call(client, {"session_id": "week", **({"run_id": f"run-{day}"} if with_run else {})}))[0]
+            for day in DAYS
+        ]
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_a_client_run_id_makes_each_turn_its_own_streak(
+    make_brake: Callable[..., Brake], wiring: str
+) -> None:
+    brake = make_brake()
+    app = SearchServer(brake, wiring)
+
+    assert await week(app) == [False, False, False]
+    assert app.runs == 3
+    assert await session_names(brake) == [f"week/run/run-{day}" for day in sorted(DAYS)]
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_scope_conversation_ignores_the_client_run_id(wiring: str) -> None:
+    brake = LoopBrake()
+    app = SearchServer(brake, wiring, scope="conversation")
+
+    assert await week(app) == [False, False, True]
+    assert [s.session_id for s in brake.sessions()] == ["week"]
+    assert LoopBrakeExtension(brake, scope="conversation").settings()["runIdMetaKey"] is None
+
+
+@pytest.mark.parametrize("scope", ["run", "conversation"])
+async def test_without_a_run_id_both_scopes_are_the_clients_session(scope: Any) -> None:
+    app = SearchServer(LoopBrake(), scope=scope)
+
+    assert await week(app, with_run=False) == [False, False, True]
+
+
+def test_scope_and_session_id_are_checked_at_build_time() -> None:
+    async def handler(ctx: Any, params: Any) -> Any:
+        raise AssertionError("never called")
+
+    for build in (lambda **o: brake_call_tool(handler, LoopBrake(), **o),
+                  lambda **o: LoopBrakeExtension(LoopBrake(), **o)):
+        with pytest.raises(ConfigurationError, match="scope"):
+            build(scope="thread")
+        with pytest.raises(TypeError, match="session_id"):
+            build(session_id="week")
+    with pytest.raises(TypeError, match="check"):
+        brake_call_tool(handler, object())  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from agents.run_config import ToolExecutionConfig
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from distbrake import (
+    ConfigurationError,
     LoopBrake,
     bind_session,
     call_hash,
@@ -43,7 +45,7 @@ from distbrake.integrations.openai_agents import (
     loop_brake_guardrail,
     tool_arguments,
 )
-from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer
+from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
 ARGS = {"q": "weather"}
@@ -135,9 +137,9 @@ async def test_third_identical_call_is_rejected_and_the_run_goes_on(
     ] * 3
     info = result.tool_input_guardrail_results[2].output.output_info
     assert info["hash_prefix"] == PREFIX
-    assert info["session_id"] == "conv-1"
+    assert info["session_id"].startswith("conv-1/run/")  # the default scope: this run
     assert model.remaining_steps == 0
-    assert await inspect_count(brake, "conv-1") == 3
+    assert await inspect_count(brake, info["session_id"]) == 3
 
 
 async def test_on_deny_raise_aborts_the_run(make_brake: Callable[..., Brake]) -> None:
@@ -205,10 +207,16 @@ class AppContext:
     user: str = "alice"
 
 
-async def run_once(brake: Brake, **run: Any) -> None:
+async def run_once(brake: Brake, scope: Any = "run", **run: Any) -> None:
     model = ScriptedModel([calls("call_1"), [assistant_message("ok")]])
-    agent = Agent(name="a", model=model, tools=[Search().tool(loop_brake_guardrail(brake))])
+    guardrail = loop_brake_guardrail(brake, scope=scope)
+    agent = Agent(name="a", model=model, tools=[Search().tool(guardrail)])
     await Runner.run(agent, "hi", **run)
+
+
+def run_session(conversation: str | None) -> str:
+    """A pattern for the run-scoped session of `conversation` (a run id is 32 hex digits)."""
+    return ("" if conversation is None else re.escape(conversation) + "/") + "run/[0-9a-f]{32}"
 
 
 @pytest.mark.parametrize(
@@ -223,20 +231,27 @@ async def run_once(brake: Brake, **run: Any) -> None:
     ids=["context-attribute", "context-key", "group-id", "int-id", "default"],
 )
 async def test_default_session(run: dict[str, Any], expected: str) -> None:
-    brake = LoopBrake()
-    await run_once(brake, **run)
-    assert [s.session_id for s in brake.sessions()] == [expected]
+    by_conversation, by_run = LoopBrake(), LoopBrake()
+    await run_once(by_conversation, "conversation", **run)
+    await run_once(by_run, **run)
+    assert [s.session_id for s in by_conversation.sessions()] == [expected]
+    [session] = [s.session_id for s in by_run.sessions()]
+    assert re.fullmatch(run_session(None if expected == "default" else expected), session)
 
 
 async def test_bound_session_is_the_last_fallback() -> None:
-    brake = LoopBrake()
+    by_conversation, by_run = LoopBrake(), LoopBrake()
     with bind_session("bound"):
-        await run_once(brake, run_config=config(None))
-        await run_once(brake, run_config=config("conv-2"))
-    assert sorted(s.session_id for s in brake.sessions()) == ["bound", "conv-2"]
+        for brake, scope in ((by_conversation, "conversation"), (by_run, "run")):
+            await run_once(brake, scope, run_config=config(None))
+            await run_once(brake, scope, run_config=config("conv-2"))
+    assert sorted(s.session_id for s in by_conversation.sessions()) == ["bound", "conv-2"]
+    bound, conv = sorted(s.session_id for s in by_run.sessions())
+    assert re.fullmatch(run_session("bound"), bound)
+    assert re.fullmatch(run_session("conv-2"), conv)
 
 
-async def test_session_from_overrides_and_none_falls_back() -> None:
+async def test_session_id_overrides_and_none_falls_back() -> None:
     brake = LoopBrake()
     seen: list[str] = []
 
@@ -247,11 +262,13 @@ async def test_session_from_overrides_and_none_falls_back() -> None:
 
     for context in (AppContext("ignored"), None):
         model = ScriptedModel([calls("call_1"), [assistant_message("ok")]])
-        tool = Search().tool(loop_brake_guardrail(brake, session_from=by_user))
+        tool = Search().tool(loop_brake_guardrail(brake, session_id=by_user))
         agent = Agent(name="a", model=model, tools=[tool])
         await Runner.run(agent, "hi", context=context, run_config=config("conv-3"))
     assert seen == ["call_1", "call_1"]
-    assert sorted(s.session_id for s in brake.sessions()) == ["conv-3", "user:alice"]
+    fallback, chosen = sorted(s.session_id for s in brake.sessions())
+    assert chosen == "user:alice"
+    assert re.fullmatch(run_session("conv-3"), fallback)  # None: the default rule
 
 
 # -- two workers, one Redis ---------------------------------------------------------
@@ -267,9 +284,10 @@ async def test_two_agents_share_a_streak_through_redis(brakes: Brakes, kind: str
     agent_a = Agent(name="worker-a", model=model_a, tools=[search_a.tool()])
     agent_b = Agent(name="worker-b", model=model_b, tools=[search_b.tool()])
     agent_c = Agent(name="worker-b", model=model_c, tools=[search_b.tool()])
-    attach_loop_brake(agent_a, brake_a)
-    attach_loop_brake(agent_b, brake_b)
-    attach_loop_brake(agent_c, brake_b)
+    # Two runs of one conversation: its streak spans them only under scope="conversation".
+    attach_loop_brake(agent_a, brake_a, scope="conversation")
+    attach_loop_brake(agent_b, brake_b, scope="conversation")
+    attach_loop_brake(agent_c, brake_b, scope="conversation")
     await Runner.run(agent_a, "hi", run_config=config("conv-shared"))
     await Runner.run(agent_b, "hi", run_config=config("conv-shared"))
     await Runner.run(agent_c, "hi", run_config=config("conv-other"))  # not shared
@@ -316,7 +334,9 @@ async def test_pre_approval_guardrails_count_each_call_once(
     assert result.final_output == "final answer"
     assert search.runs == 2
     assert_refusal(outputs(model)["call_3"])
-    assert await inspect_count(brake, "conv-1") == 3
+    [session] = await session_names(brake)  # one run, however often it was resumed
+    assert re.fullmatch(run_session("conv-1"), session)
+    assert await inspect_count(brake, session) == 3
 
 
 # -- attach_loop_brake and the argument parsing ---------------------------------------
@@ -490,6 +510,77 @@ async def test_a_raised_error_is_observed_as_a_result(failure: str) -> None:
     with pytest.raises(UserError, match="backend busy"):  # observed, re-raised, wrapped by the SDK
         await poller.refusals()
     assert poller.runs == 2
-    state = brake.inspect("conv-1")
-    assert state is not None
+    [state] = brake.sessions()
     assert state.count == 1  # the error differed from the result before: the streak restarted
+
+
+# -- the session scope: a run (the default) or the whole conversation ----------------------
+
+DAYS = ("monday", "tuesday", "wednesday")
+
+
+async def week(brake: Brake, streamed: bool = False, **options: Any) -> tuple[Search, list[str]]:
+    """One conversation, three user turns (three runs), each making one identical `search`."""
+    search = Search()
+    turns = [[step] for i in range(3) for step in (*calls(f"call_{i}"), assistant_message(f"a{i}"))]
+    model = ScriptedModel(turns)
+    agent = attach_loop_brake(Agent(name="assistant", model=model, tools=[search.tool()]), brake, **options)
+    history: list[Any] = []
+    behaviors: list[str] = []
+    for day in DAYS:
+        turn: Any = [*history, {"role": "user", "content": day}]
+        if streamed:
+            result: Any = Runner.run_streamed(agent, turn, run_config=config("week"))
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await Runner.run(agent, turn, run_config=config("week"))
+        history = result.to_input_list()
+        behaviors += [r.output.behavior["type"] for r in result.tool_input_guardrail_results]
+    return search, behaviors
+
+
+async def test_one_search_per_user_turn_is_not_a_loop_by_default(make_brake: Callable[..., Brake]) -> None:
+    search, behaviors = await week(make_brake())
+
+    assert behaviors == ["allow", "allow", "allow"]
+    assert search.runs == 3
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+async def test_scope_conversation_counts_across_user_turns(streamed: bool) -> None:
+    search, behaviors = await week(LoopBrake(), streamed, scope="conversation")
+
+    assert behaviors == ["allow", "allow", "reject_content"]
+    assert search.runs == 2
+
+
+async def test_run_streamed_is_a_run_too() -> None:
+    search, behaviors = await week(LoopBrake(), streamed=True)
+
+    assert behaviors == ["allow", "allow", "allow"]
+    assert search.runs == 3
+
+
+def test_scope_and_session_id_are_checked_at_build_time() -> None:
+    agent = Agent(name="a", tools=[Search().tool()])
+    for build in (lambda **o: loop_brake_guardrail(LoopBrake(), **o),
+                  lambda **o: attach_loop_brake(agent, LoopBrake(), **o)):
+        with pytest.raises(ConfigurationError, match="scope"):
+            build(scope="thread")
+        with pytest.raises(TypeError, match="session_id"):
+            build(session_id="conv-1")
+    assert agent.tools[0].tool_input_guardrails is None  # nothing attached by a failed build
+
+
+async def test_one_streamed_run_is_one_streak() -> None:
+    search = Search()
+    agent = attach_loop_brake(Agent(name="a", model=one_call_per_turn(), tools=[search.tool()]), LoopBrake())
+    result = Runner.run_streamed(agent, "weather?", run_config=config())
+    async for _ in result.stream_events():
+        pass
+
+    assert [r.output.behavior["type"] for r in result.tool_input_guardrail_results] == [
+        "allow", "allow", "reject_content",
+    ]
+    assert search.runs == 2

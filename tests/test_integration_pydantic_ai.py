@@ -164,13 +164,13 @@ def test_run_sync_on_deny_raise_aborts_the_run(kind: str, brakes: Any) -> None:
     worker = Worker(repeating(), LoopBrakeCapability(brakes(kind), on_deny="raise"))
 
     with pytest.raises(LoopBrakeError) as caught:
-        worker.agent.run_sync("weather?", conversation_id="conv-raise")
+        worker.agent.run_sync("weather?", conversation_id="conv-raise", run_id="r-raise")
 
     assert worker.runs == ["weather", "weather"]
     error = caught.value
     assert (error.tool_name, error.count, error.max_repeats) == ("search", 3, 3)
     assert error.hash_prefix == PREFIX
-    assert error.session_id == "conv-raise"
+    assert error.session_id == "conv-raise/run/r-raise"  # the default scope: the run
     assert len(worker.script.prompts) == 3
 
 
@@ -182,7 +182,7 @@ async def test_run_on_deny_raise_aborts_the_run(kind: str, brakes: Any) -> None:
         await worker.agent.run("weather?", conversation_id="conv-araise")
 
     assert worker.runs == ["weather", "weather"]
-    assert caught.value.session_id == "conv-araise"
+    assert caught.value.session_id.startswith("conv-araise/run/")  # Pydantic AI's own run id
 
 
 def test_repeated_denials_do_not_use_up_the_retry_budget(brakes: Any) -> None:
@@ -219,7 +219,7 @@ def test_without_a_conversation_id_each_run_is_its_own_session(brakes: Any) -> N
 
 
 def test_message_history_continues_the_conversation_streak(brakes: Any) -> None:
-    capability = LoopBrakeCapability(brakes("loop"))
+    capability = LoopBrakeCapability(brakes("loop"), scope="conversation")
     first, second = Worker(repeating(2, "a"), capability), Worker(repeating(1, "b"), capability)
 
     earlier = first.agent.run_sync("weather?")
@@ -275,8 +275,9 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 def test_two_workers_share_a_conversation_streak_through_redis(
     redis_url: str, brakes: Any
 ) -> None:
-    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
-    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
+    conversation = {"scope": "conversation"}
+    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("sync-redis", redis_url), **conversation))
+    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brakes("sync-redis", redis_url), **conversation))
 
     worker_a.agent.run_sync("weather?", conversation_id="shared")
     result = worker_b.agent.run_sync("weather?", conversation_id="shared")
@@ -291,8 +292,10 @@ async def test_two_async_workers_share_a_conversation_streak_through_redis(
     redis_url: str, brakes: Any
 ) -> None:
     brake_b = AsyncDistributedBrake.from_url(redis_url)
-    worker_a = Worker(repeating(2, "a"), LoopBrakeCapability(brakes("sync-redis", redis_url)))
-    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brake_b))
+    worker_a = Worker(
+        repeating(2, "a"), LoopBrakeCapability(brakes("sync-redis", redis_url), scope="conversation")
+    )
+    worker_b = Worker(repeating(1, "b"), LoopBrakeCapability(brake_b, scope="conversation"))
     try:
         await worker_a.agent.run("weather?", conversation_id="shared-async")
         await worker_b.agent.run("weather?", conversation_id="shared-async")
@@ -353,11 +356,11 @@ async def test_two_capabilities_count_a_call_once(
     second = first if layers == "one-brake" else brakes("sync-redis", redis_url)
     worker = Worker(repeating(), LoopBrakeCapability(first), LoopBrakeCapability(second))
 
-    await worker.agent.run("weather?", conversation_id="conv-twice")
+    await worker.agent.run("weather?", conversation_id="conv-twice", run_id="r-twice")
 
     assert worker.runs == ["weather", "weather"]  # not halved: each call counted once
     assert_refused(worker.script)
-    state = first.inspect("conv-twice")
+    state = first.inspect("conv-twice/run/r-twice")
     assert state is not None
     assert state.count == 3
 
@@ -518,3 +521,80 @@ async def test_a_raised_error_is_observed_as_a_result(brakes: Any) -> None:
     assert poller.runs == 6
     assert poller.brake_refusals() == []
     assert [p.tool_call_id for p in poller.script.refusals()] == ["poll_2", "poll_4", "poll_6"]
+
+
+# -- the session scope: a run (the default) or the whole conversation ----------------------
+
+DAYS = ("monday", "tuesday", "wednesday")
+
+
+def one_search_per_turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Each user turn: one `search {"q": "weather"}`, then an answer."""
+    last = messages[-1]
+    if isinstance(last, ModelRequest) and any(isinstance(p, UserPromptPart) for p in last.parts):
+        return ModelResponse(parts=[ToolCallPart("search", {"q": "weather"}, tool_call_id="call_0")])
+    return ModelResponse(parts=[TextPart(FINAL)])
+
+
+async def week(capability: LoopBrakeCapability) -> tuple[list[str], list[str]]:
+    """One conversation, three user turns (runs continuing the history): each turn's tool outcome."""
+    agent: Agent[None, str] = Agent(FunctionModel(one_search_per_turn), capabilities=[capability])
+    runs: list[str] = []
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        """Search the web for q."""
+        runs.append(q)
+        return f"results for {q}"
+
+    history: list[ModelMessage] = []
+    outcomes: list[str] = []
+    for day in DAYS:
+        result = await agent.run(day, message_history=history, conversation_id="week")
+        history = result.all_messages()
+        new = [p for m in result.new_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+        outcomes.append(new[-1].outcome)
+    return runs, outcomes
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_one_search_per_user_turn_is_not_a_loop_by_default(kind: str, brakes: Any) -> None:
+    runs, outcomes = await week(LoopBrakeCapability(brakes(kind)))
+
+    assert outcomes == ["success", "success", "success"]
+    assert runs == ["weather"] * 3
+
+
+async def test_scope_conversation_counts_across_user_turns(brakes: Any) -> None:
+    runs, outcomes = await week(LoopBrakeCapability(brakes("async-memory"), scope="conversation"))
+
+    assert outcomes == ["success", "success", "failed"]
+    assert runs == ["weather"] * 2
+
+
+def test_a_session_id_callable_is_given_the_run_context(brakes: Any) -> None:
+    brake = brakes("loop")
+    seen: list[Any] = []
+
+    def by_user(ctx: Any) -> str | None:
+        seen.append(ctx)
+        return None if ctx.run_step == 1 else f"user-{ctx.deps}"
+
+    capability = LoopBrakeCapability(brake, session_id=by_user)
+    script = repeating(4)
+    agent: Agent[int, str] = Agent(script.model, deps_type=int, capabilities=[capability])
+    agent.tool_plain(lambda q: f"results for {q}", name="search")
+
+    agent.run_sync("weather?", deps=42, conversation_id="conv-callable", run_id="r-callable")
+
+    assert len(seen) == 4 and all(type(ctx).__name__ == "RunContext" for ctx in seen)
+    sessions = {state.session_id: state.count for state in brake.sessions()}
+    assert sessions == {"conv-callable/run/r-callable": 1, "user-42": 3}  # step 1: None, the default
+    assert_refused(script, "call_4")
+
+
+def test_scope_and_session_id_are_checked_at_build_time() -> None:
+    with pytest.raises(ConfigurationError, match="scope"):
+        LoopBrakeCapability(LoopBrake(), scope="thread")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="session_id"):
+        LoopBrakeCapability(LoopBrake(), session_id="conv-1")  # type: ignore[arg-type]

@@ -22,10 +22,10 @@ by default) every request is its own connection, so `ctx.session_id` is a new
 UUID on every call. A brake keyed on it never sees a second call of the same
 session and never fires. The session is therefore, first match wins:
 
-1. `session_from(context)` (the `MiddlewareContext`), when you pass one and it
+1. `session_id(context)` (the `MiddlewareContext`), when you pass one and it
    returns a non-empty str;
 2. the client's `_meta` entry `meta_key` (default `"session_id"`):
-   `await client.call_tool("search", {...}, meta={"session_id": run_id})`,
+   `await client.call_tool("search", {...}, meta={"session_id": thread_id})`,
    read from `context.fastmcp_context.request_context.meta`. On an
    authenticated request it is scoped by the principal
    (`"principal:<client_id>:<issuer>:<subject>/<session_id>"`), so a client
@@ -38,6 +38,13 @@ session and never fires. The session is therefore, first match wins:
    (stdio, in-memory). Never under 2026-07-28, never on stateless HTTP;
 5. otherwise distbrake's own rule: a session bound with `bind_session`, else
    `"default"` (one streak shared by every caller of the server).
+
+The server cannot see the client's agent runs, so the session is whatever
+the client names; `scope` says what a run id the client sends (`_meta` entry
+`run_key`, default `"run_id"`) does: under `scope="run"` (the default) the
+session of steps 2-4 becomes `"<session>/run/<run_id>"`, one streak per run;
+under `scope="conversation"` it is ignored. Without one, both scopes are the
+session above.
 
 `ctx.client_id` is not used: it is a `_meta` value the client sets, not an
 identity. The JSON-RPC request id is not a call id either (it is unique per
@@ -78,20 +85,23 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .mcp import (
     DEFAULT_CALL_ID_KEY,
     DEFAULT_META_KEY,
-    chosen_session,
+    DEFAULT_RUN_KEY,
+    check_options,
     meta_value,
     observe_result,
     principal_session,
+    scoped,
     screen,
     session_for,
     transport_session,
     warning_of,
 )
+from .options import Scope, chosen_session
 
 __all__ = ["LoopBrakeMiddleware", "resolve_session"]
 
 CallToolContext = MiddlewareContext[mt.CallToolRequestParams]
-SessionFrom = Callable[[CallToolContext], str | None]
+SessionIdFunction = Callable[[CallToolContext], object]
 
 
 def _meta(context: CallToolContext) -> dict[str, Any] | None:
@@ -129,33 +139,44 @@ class LoopBrakeMiddleware(Middleware):
     """Deny the Nth identical tool call in a row, before the tool runs.
 
     `brake` is any distbrake brake (`LoopBrake`, `DistributedBrake` -- run in a
-    worker thread -- or `AsyncDistributedBrake`). `session_from(context)`
+    worker thread -- or `AsyncDistributedBrake`). `session_id(context)`
     overrides the session rule of the module text when it returns a str;
-    `meta_key` / `call_id_key` name the client `_meta` entries read for the
-    session and the call id (None: don't read).
+    `scope` says whether the client's run id qualifies the session; `meta_key`
+    / `call_id_key` / `run_key` name the client `_meta` entries read for the
+    session, the call id and the run id (None: don't read).
     """
 
     def __init__(
         self,
         brake: Brake,
         *,
-        session_from: SessionFrom | None = None,
+        scope: Scope = "run",
+        session_id: SessionIdFunction | None = None,
         meta_key: str | None = DEFAULT_META_KEY,
         call_id_key: str | None = DEFAULT_CALL_ID_KEY,
+        run_key: str | None = DEFAULT_RUN_KEY,
     ) -> None:
+        check_options(brake, scope, session_id)
         self.brake = brake
-        self.session_from = session_from
+        self.scope: Scope = scope
+        self.session_id = session_id
         self.meta_key = meta_key
         self.call_id_key = call_id_key
+        self.run_key = run_key
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(brake={self.brake!r}, meta_key={self.meta_key!r})"
-
-    def session(self, context: CallToolContext) -> str | None:
-        """The session this call is counted in (None: distbrake's bound session or "default")."""
-        return chosen_session(
-            self.session_from, context, lambda c: resolve_session(c, meta_key=self.meta_key)
+        return (
+            f"{type(self).__name__}(brake={self.brake!r}, scope={self.scope!r}, "
+            f"meta_key={self.meta_key!r})"
         )
+
+    def session(self, context: CallToolContext) -> object:
+        """The session this call is counted in (None: distbrake's bound session or "default")."""
+        return chosen_session(self.session_id, context, self._default)
+
+    def _default(self, context: CallToolContext) -> str | None:
+        session = resolve_session(context, meta_key=self.meta_key)
+        return scoped(self.scope, _meta(context), self.run_key, session)
 
     async def on_call_tool(
         self,

@@ -9,9 +9,20 @@
 
 Each tool call the model makes is checked before the tool runs:
 
-* session: the LangGraph thread id (`config={"configurable": {"thread_id": ...}}`,
-  read from `request.runtime.execution_info`); without one, the session bound
-  with `distbrake.bind_session`, else `"default"`;
+* session, by `scope`: `scope="run"` (the default) keys a streak on the
+  thread id (`config={"configurable": {"thread_id": ...}}`, read from
+  `request.runtime.execution_info`) together with the run: the invocation's
+  `run_id` (`execution_info.run_id`: the `run_id` of the invoke config, when
+  one is passed), else the id of the latest user message (`HumanMessage`) in
+  the state, the turn being answered (it is checkpointed, so a run resumed
+  after an interrupt, on any worker sharing the checkpointer, keeps its
+  streak). The same question in three user turns is then three streaks of
+  one call.
+  `scope="conversation"` keys it on the thread id alone, across turns.
+  Without a thread, a session bound with `distbrake.bind_session` stands for
+  it (with none, `"run/<run>"`, or `"default"` under `scope="conversation"`).
+  `session_id=callable(request)` (given the `ToolCallRequest`) overrides both
+  when it returns a str;
 * call id: the model's tool call id (`tool_call["id"]`) prefixed with the
   LangGraph task running it (`execution_info.task_id`). Every layer of one
   call sees the same id, so a call that passes two braked layers is counted
@@ -65,7 +76,7 @@ from typing import Any, Literal, get_args
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState
-    from langchain_core.messages import ToolMessage
+    from langchain_core.messages import HumanMessage, ToolMessage
     from langgraph.prebuilt.tool_node import (
         AsyncToolCallWrapper,
         ToolCallRequest,
@@ -80,7 +91,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from ..errors import LoopBrakeError
 from ..wrap import Brake, acheck, aobserve, is_async_brake
-from .options import check_adapter_options
+from .options import Scope, SessionIdFunction, check_adapter_options, chosen_session, scoped_session
 
 __all__ = ["LoopBrakeMiddleware", "OnDeny", "tool_call_wrappers"]
 
@@ -95,10 +106,31 @@ _running: ContextVar[tuple[int, str] | None] = ContextVar(
 )
 
 
-def _identify(request: ToolCallRequest) -> tuple[str, Any, str | None, str | None]:
+def _identify(
+    request: ToolCallRequest, scope: Scope, session_id: SessionIdFunction | None
+) -> tuple[str, Any, object, str | None]:
     """(tool name, arguments, session id, call id) of a tool call request."""
     call = request.tool_call
-    return call["name"], call.get("args", {}), _thread_id(request), _call_id(request)
+    session = chosen_session(
+        session_id, request, lambda r: scoped_session(scope, _thread_id(r), _run_id(r))
+    )
+    return call["name"], call.get("args", {}), session, _call_id(request)
+
+
+def _run_id(request: ToolCallRequest) -> str | None:
+    """The invocation's run id, else the id of the latest user message (the turn being answered)."""
+    info = getattr(getattr(request, "runtime", None), "execution_info", None)
+    run = getattr(info, "run_id", None)
+    if run:
+        return str(run)
+    state = request.state
+    messages = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", state)
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            return message.id or None
+    return None
 
 
 def _call_id(request: ToolCallRequest) -> str | None:
@@ -185,17 +217,26 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     `brake` is any distbrake brake: `LoopBrake`, `DistributedBrake` or
     `AsyncDistributedBrake` (async runs only). `on_deny` is `"message"` or
-    `"raise"`. `name` distinguishes two instances in one agent (LangChain
-    refuses two middlewares of the same name).
+    `"raise"`. `scope` is `"run"` or `"conversation"`; `session_id(request)`
+    overrides it (see the module text). `name` distinguishes two instances in
+    one agent (LangChain refuses two middlewares of the same name).
     """
 
     def __init__(
-        self, brake: Brake, *, on_deny: OnDeny = "message", name: str | None = None
+        self,
+        brake: Brake,
+        *,
+        on_deny: OnDeny = "message",
+        scope: Scope = "run",
+        session_id: SessionIdFunction | None = None,
+        name: str | None = None,
     ) -> None:
         super().__init__()
-        check_adapter_options(brake, on_deny, _ON_DENY)
+        check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
         self.brake = brake
         self.on_deny: OnDeny = on_deny
+        self.scope: Scope = scope
+        self.session_id = session_id
         self._name = name
 
     @property
@@ -203,7 +244,7 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return self._name if self._name is not None else type(self).__name__
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r})"
+        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r}, scope={self.scope!r})"
 
     def _deny(self, request: ToolCallRequest, error: LoopBrakeError) -> ToolMessage:
         """The error `ToolMessage` the model reads instead of the tool's result."""
@@ -224,7 +265,7 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "LoopBrakeMiddleware: the brake is an AsyncDistributedBrake, which works in "
                 "async runs (ainvoke, astream) only; use DistributedBrake for sync runs"
             )
-        tool, args, session_id, call_id = _identify(request)
+        tool, args, session_id, call_id = _identify(request, self.scope, self.session_id)
         mark = None if call_id is None else (id(self.brake), call_id)
         if mark is not None and _running.get() == mark:
             return handler(request)  # an outer layer with this brake checked it
@@ -254,7 +295,7 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         """Check the call with the brake (never blocking the loop); await `handler` if allowed."""
-        tool, args, session_id, call_id = _identify(request)
+        tool, args, session_id, call_id = _identify(request, self.scope, self.session_id)
         mark = None if call_id is None else (id(self.brake), call_id)
         if mark is not None and _running.get() == mark:
             return await handler(request)  # an outer layer with this brake checked it
@@ -280,8 +321,12 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
 
 def tool_call_wrappers(
-    brake: Brake, *, on_deny: OnDeny = "message"
+    brake: Brake,
+    *,
+    on_deny: OnDeny = "message",
+    scope: Scope = "run",
+    session_id: SessionIdFunction | None = None,
 ) -> tuple[ToolCallWrapper, AsyncToolCallWrapper]:
     """`(wrap, awrap)` for `ToolNode(tools, wrap_tool_call=wrap, awrap_tool_call=awrap)`."""
-    middleware = LoopBrakeMiddleware(brake, on_deny=on_deny)
+    middleware = LoopBrakeMiddleware(brake, on_deny=on_deny, scope=scope, session_id=session_id)
     return middleware.wrap_tool_call, middleware.awrap_tool_call

@@ -32,10 +32,10 @@ each time, the SDK's `Connection` is rebuilt per request). A brake keyed on it
 sees every call as the first of a new session and never fires. So the session
 is, first match wins:
 
-1. `session_from(ctx)`, when you pass one and it returns a non-empty str;
+1. `session_id(ctx)`, when you pass one and it returns a non-empty str;
 2. the client's `_meta` entry `meta_key` (default `"session_id"`), e.g.
-   `client.call_tool("search", {...}, meta={"session_id": run_id})`. When the
-   request is authenticated it is scoped by the principal
+   `client.call_tool("search", {...}, meta={"session_id": thread_id})`. When
+   the request is authenticated it is scoped by the principal
    (`"principal:<client_id>:<issuer>:<subject>/<session_id>"`), so a client
    can only ever touch its own principal's streaks;
 3. the authenticated principal (`"principal:<client_id>:<issuer>:<subject>"`,
@@ -46,6 +46,14 @@ is, first match wins:
    (stdio, in-memory). Never under 2026-07-28, never on stateless HTTP;
 5. otherwise distbrake's own rule: a session bound with `bind_session`, else
    `"default"` (one streak shared by every caller of the server).
+
+The server cannot see the client's agent runs, so the session is whatever
+the client names. `scope` says what a run id the client sends (`_meta` entry
+`run_key`, default `"run_id"`) does: under `scope="run"` (the default) the
+session of steps 2-4 is qualified by it (`"<session>/run/<run_id>"`), so a
+client that sends its thread and its run gets one streak per run; under
+`scope="conversation"` it is ignored. Without a run id both scopes are the
+session of steps 2-5: a client that names its run in `session_id` gets runs.
 
 The JSON-RPC request id is not a call id (it is only unique per connection).
 A client that retries a request may send `_meta` entry `call_id_key` (default
@@ -74,6 +82,7 @@ from uuid import uuid4
 
 from ..errors import LoopBrakeError
 from ..wrap import Brake, acheck, aobserve
+from .options import Scope, check_adapter_options, chosen_session, scoped_session
 
 try:
     import mcp_types as types
@@ -90,6 +99,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 __all__ = [
     "DEFAULT_CALL_ID_KEY",
     "DEFAULT_META_KEY",
+    "DEFAULT_RUN_KEY",
     "LoopBrakeExtension",
     "brake_call_tool",
     "denial_result",
@@ -103,12 +113,13 @@ __all__ = [
 
 DEFAULT_META_KEY = "session_id"
 DEFAULT_CALL_ID_KEY = "call_id"
+DEFAULT_RUN_KEY = "run_id"
 TRANSPORT_PREFIX = "mcp-session:"
 PRINCIPAL_PREFIX = "principal:"
 _CONNECTION_KEY = "distbrake.session_id"
 
 Context = ServerRequestContext[Any, Any]
-SessionFrom = Callable[[Context], str | None]
+SessionIdFunction = Callable[[Context], object]
 CtxT = TypeVar("CtxT", bound=ServerRequestContext[Any, Any])
 ResultT = TypeVar("ResultT")
 
@@ -189,7 +200,7 @@ async def screen(
     brake: Brake,
     tool: str,
     arguments: Mapping[str, Any] | None,
-    session_id: str | None,
+    session_id: object,
     call_id: str | None,
 ) -> tuple[Any, LoopBrakeError | None]:
     """Check one `tools/call`: `(verdict, None)` when it is allowed, `(None, error)` when denied."""
@@ -204,7 +215,7 @@ async def denial(
     brake: Brake,
     tool: str,
     arguments: Mapping[str, Any] | None,
-    session_id: str | None,
+    session_id: object,
     call_id: str | None,
 ) -> LoopBrakeError | None:
     """Check one `tools/call`; the `LoopBrakeError` when it is denied, else None."""
@@ -254,17 +265,9 @@ def with_warning(result: ResultT, warning: str | None) -> ResultT:
     return result.model_copy(update={"content": [*result.content, block]})
 
 
-def chosen_session(
-    session_from: Callable[[Any], str | None] | None,
-    context: Any,
-    default: Callable[[Any], str | None],
-) -> str | None:
-    """`session_from(context)` when it names a session, else `default(context)`."""
-    if session_from is not None:
-        chosen = session_from(context)
-        if chosen:
-            return chosen
-    return default(context)
+def check_options(brake: object, scope: str, session_id: object) -> None:
+    """The build-time checks of an MCP adapter (which has no `on_deny`: a denial is a tool error)."""
+    check_adapter_options(brake, "tool-error", ("tool-error",), scope, session_id)
 
 
 def session_for(
@@ -280,6 +283,13 @@ def session_for(
     if principal is not None:
         return principal
     return transport()
+
+
+def scoped(
+    scope: str, meta: Mapping[str, Any] | None, run_key: str | None, session: str | None
+) -> str | None:
+    """`session` qualified by the client's run id under `scope="run"` (see the module text)."""
+    return scoped_session(scope, session, meta_value(meta, run_key) if scope == "run" else None)
 
 
 # -- the low-level server -------------------------------------------------------------
@@ -329,19 +339,26 @@ class _Gate:
     def __init__(
         self,
         brake: Brake,
-        session_from: SessionFrom | None,
+        scope: Scope,
+        session_id: SessionIdFunction | None,
         meta_key: str | None,
         call_id_key: str | None,
+        run_key: str | None,
     ) -> None:
+        check_options(brake, scope, session_id)
         self.brake = brake
-        self.session_from = session_from
+        self.scope: Scope = scope
+        self.session_id = session_id
         self.meta_key = meta_key
         self.call_id_key = call_id_key
+        self.run_key = run_key
 
-    def session(self, ctx: Context) -> str | None:
-        return chosen_session(
-            self.session_from, ctx, lambda c: resolve_session(c, meta_key=self.meta_key)
-        )
+    def session(self, ctx: Context) -> object:
+        return chosen_session(self.session_id, ctx, self._default)
+
+    def _default(self, ctx: Context) -> str | None:
+        session = resolve_session(ctx, meta_key=self.meta_key)
+        return scoped(self.scope, request_meta(ctx), self.run_key, session)
 
     async def run(
         self, ctx: Context, params: types.CallToolRequestParams, call: Callable[[], Awaitable[Any]]
@@ -366,18 +383,21 @@ def brake_call_tool(
     handler: Callable[[CtxT, types.CallToolRequestParams], Awaitable[ResultT]],
     brake: Brake,
     *,
-    session_from: SessionFrom | None = None,
+    scope: Scope = "run",
+    session_id: SessionIdFunction | None = None,
     meta_key: str | None = DEFAULT_META_KEY,
     call_id_key: str | None = DEFAULT_CALL_ID_KEY,
+    run_key: str | None = DEFAULT_RUN_KEY,
 ) -> Callable[[CtxT, types.CallToolRequestParams], Awaitable[ResultT | types.CallToolResult]]:
     """`handler` (a low-level `on_call_tool`) behind the brake; denied calls never reach it.
 
     `brake` is any distbrake brake (a sync Redis brake runs in a worker thread).
-    `session_from(ctx)` overrides the session rule of the module text when it
-    returns a str; `meta_key` / `call_id_key` name the client `_meta` entries
-    read for the session and the call id (None: don't read).
+    `session_id(ctx)` overrides the session rule of the module text when it
+    returns a str; `scope` says whether the client's run id qualifies the
+    session; `meta_key` / `call_id_key` / `run_key` name the client `_meta`
+    entries read for the session, the call id and the run id (None: don't read).
     """
-    gate = _Gate(brake, session_from, meta_key, call_id_key)
+    gate = _Gate(brake, scope, session_id, meta_key, call_id_key, run_key)
 
     @functools.wraps(handler)
     async def braked(
@@ -404,14 +424,21 @@ class LoopBrakeExtension(Extension):
         self,
         brake: Brake,
         *,
-        session_from: SessionFrom | None = None,
+        scope: Scope = "run",
+        session_id: SessionIdFunction | None = None,
         meta_key: str | None = DEFAULT_META_KEY,
         call_id_key: str | None = DEFAULT_CALL_ID_KEY,
+        run_key: str | None = DEFAULT_RUN_KEY,
     ) -> None:
-        self._gate = _Gate(brake, session_from, meta_key, call_id_key)
+        self._gate = _Gate(brake, scope, session_id, meta_key, call_id_key, run_key)
 
     def settings(self) -> dict[str, Any]:
-        return {"sessionMetaKey": self._gate.meta_key, "callIdMetaKey": self._gate.call_id_key}
+        gate = self._gate
+        return {
+            "sessionMetaKey": gate.meta_key,
+            "callIdMetaKey": gate.call_id_key,
+            "runIdMetaKey": gate.run_key if gate.scope == "run" else None,
+        }
 
     async def intercept_tool_call(
         self,

@@ -24,11 +24,22 @@ guardrail that runs twice for one call (`ToolExecutionConfig(
 pre_approval_tool_input_guardrails=True)` runs it before the approval
 interruption and again after) counts that call once.
 
-The session is, first match wins: `session_from(data)` when you pass one and
-it returns a non-empty str; a `session_id` key or attribute of your run
-context (`Runner.run(..., context=...)`); `RunConfig.group_id` (the
-conversation id of the trace); else distbrake's own rule (a session bound with
-`bind_session`, else `"default"`).
+The session, by `scope`. The conversation is, first match wins: a
+`session_id` key or attribute of your run context (`Runner.run(...,
+context=...)`); `RunConfig.group_id` (the conversation id of the trace).
+`scope="run"` (the default) keys a streak on the conversation together with
+the run: the SDK has no run id, so distbrake gives each `Runner.run` (or
+`run_streamed`) one, kept as an attribute of the run's `Usage` object, which
+the SDK shares with every tool call of the run and copies into its
+`RunState` (a run interrupted for approval and resumed in the same process
+keeps its streak; one resumed from `RunState.to_json` in another process
+starts a new one). The same question in three user turns is then three
+streaks of one call.
+`scope="conversation"` keys it on the conversation alone, across runs.
+Without a conversation, a session bound with `bind_session` stands for it
+(with none, `"run/<run>"`, or `"default"` under `scope="conversation"`).
+`session_id=callable(data)` (given the `ToolInputGuardrailData`) overrides
+both when it returns a str.
 
 One turn can emit several identical calls, which the SDK runs concurrently:
 every brake's check is one atomic step (a lock in process, one Lua script in
@@ -74,10 +85,11 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, TypeVar, get_args
+from uuid import uuid4
 
 from ..errors import LoopBrakeError
 from ..wrap import Brake, acheck, aobserve
-from .options import check_adapter_options
+from .options import Scope, check_adapter_options, chosen_session, scoped_session
 
 try:
     from agents import (
@@ -103,13 +115,14 @@ __all__ = [
     "denial_info",
     "loop_brake_guardrail",
     "resolve_session",
+    "run_id",
     "tool_arguments",
 ]
 
 GUARDRAIL_NAME = "loop_brake"
 
 OnDeny = Literal["reject", "raise"]
-SessionFrom = Callable[[ToolInputGuardrailData], str | None]
+SessionIdFunction = Callable[[ToolInputGuardrailData], object]
 AgentT = TypeVar("AgentT", bound=Agent[Any])
 Invoke = Callable[[Any, str], Awaitable[Any]]
 
@@ -118,6 +131,9 @@ Invoke = Callable[[Any, str], Awaitable[Any]]
 _allowed: ContextVar[tuple[Brake, str | None, list[Any]] | None] = ContextVar(
     "distbrake_openai_agents_allowed", default=None
 )
+
+# The attribute of a run's `Usage` object that holds the run id distbrake gave that run.
+_RUN_ATTRIBUTE = "_distbrake_run_id"
 
 
 def _reject_constant(name: str) -> Any:
@@ -151,7 +167,7 @@ def _session_attribute(context: object) -> str | None:
 
 
 def resolve_session(data: ToolInputGuardrailData) -> str | None:
-    """The default session: run context `session_id`, else `RunConfig.group_id`, else None."""
+    """The conversation: run context `session_id`, else `RunConfig.group_id`, else None."""
     tool_context = data.context
     found = _session_attribute(tool_context.context)
     if found is not None:
@@ -159,6 +175,20 @@ def resolve_session(data: ToolInputGuardrailData) -> str | None:
     run_config = tool_context.run_config
     group_id = run_config.group_id if run_config is not None else None
     return group_id or None
+
+
+def run_id(data: ToolInputGuardrailData) -> str | None:
+    """The id distbrake gave the run this call belongs to (kept on the run's `Usage`; see the module text)."""
+    usage = data.context.usage  # one object per run, shared by the run's tool calls
+    found = getattr(usage, _RUN_ATTRIBUTE, None)
+    if isinstance(found, str):
+        return found
+    made = uuid4().hex
+    try:
+        setattr(usage, _RUN_ATTRIBUTE, made)
+    except (AttributeError, TypeError):  # an object that takes no attribute: the conversation decides
+        return None
+    return made
 
 
 def denial_info(error: LoopBrakeError) -> dict[str, Any]:
@@ -177,8 +207,9 @@ def denial_info(error: LoopBrakeError) -> dict[str, Any]:
 def loop_brake_guardrail(
     brake: Brake,
     *,
-    session_from: SessionFrom | None = None,
     on_deny: OnDeny = "reject",
+    scope: Scope = "run",
+    session_id: SessionIdFunction | None = None,
     name: str = GUARDRAIL_NAME,
 ) -> ToolInputGuardrail[Any]:
     """A tool input guardrail that denies the Nth identical call in a row.
@@ -186,13 +217,17 @@ def loop_brake_guardrail(
     `brake` is any distbrake brake (a sync Redis brake runs in a worker
     thread). `on_deny="reject"` hands the model the brake's text instead of
     the tool's output and lets the run go on; `"raise"` aborts the run with
-    `ToolInputGuardrailTripwireTriggered`.
+    `ToolInputGuardrailTripwireTriggered`. `scope` is `"run"` or
+    `"conversation"`; `session_id(data)` overrides it (see the module text).
     """
-    check_adapter_options(brake, on_deny, get_args(OnDeny))
+    check_adapter_options(brake, on_deny, get_args(OnDeny), scope, session_id)
+
+    def default_session(data: ToolInputGuardrailData) -> str | None:
+        return scoped_session(scope, resolve_session(data), run_id(data) if scope == "run" else None)
 
     async def loop_brake(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         tool_context = data.context
-        session = session_from(data) if session_from is not None else None
+        session = chosen_session(session_id, data, default_session)
         try:
             # One awaited, atomic check per call: safe when one turn runs
             # several identical calls concurrently.
@@ -200,7 +235,7 @@ def loop_brake_guardrail(
                 brake,
                 tool_context.tool_name,
                 tool_arguments(tool_context.tool_arguments),
-                session_id=session or resolve_session(data),
+                session_id=session,
                 call_id=tool_context.tool_call_id or None,
             )
         except LoopBrakeError as error:
@@ -292,8 +327,9 @@ def brake_function_tool(
     tool: FunctionTool,
     brake: Brake,
     *,
-    session_from: SessionFrom | None = None,
     on_deny: OnDeny = "reject",
+    scope: Scope = "run",
+    session_id: SessionIdFunction | None = None,
     name: str = GUARDRAIL_NAME,
 ) -> FunctionTool:
     """Brake one `FunctionTool` in place (returned): the guardrail, plus warnings and observation.
@@ -305,7 +341,7 @@ def brake_function_tool(
     """
     if not _has_brake(tool, brake):
         guardrail = loop_brake_guardrail(
-            brake, session_from=session_from, on_deny=on_deny, name=name
+            brake, on_deny=on_deny, scope=scope, session_id=session_id, name=name
         )
         tool.tool_input_guardrails = [*(tool.tool_input_guardrails or ()), guardrail]
     if getattr(tool.on_invoke_tool, "__distbrake_brake__", None) is not brake:
@@ -317,8 +353,9 @@ def attach_loop_brake(
     agent: AgentT,
     brake: Brake,
     *,
-    session_from: SessionFrom | None = None,
     on_deny: OnDeny = "reject",
+    scope: Scope = "run",
+    session_id: SessionIdFunction | None = None,
     name: str = GUARDRAIL_NAME,
 ) -> AgentT:
     """Brake every `FunctionTool` of `agent` (`brake_function_tool`); returns `agent`.
@@ -330,8 +367,10 @@ def attach_loop_brake(
     halves the limit. Tools of `agent.mcp_servers`, handoffs and hosted tools
     are not touched.
     """
-    check_adapter_options(brake, on_deny, get_args(OnDeny))
+    check_adapter_options(brake, on_deny, get_args(OnDeny), scope, session_id)
     for tool in agent.tools:
         if isinstance(tool, FunctionTool):
-            brake_function_tool(tool, brake, session_from=session_from, on_deny=on_deny, name=name)
+            brake_function_tool(
+                tool, brake, on_deny=on_deny, scope=scope, session_id=session_id, name=name
+            )
     return agent

@@ -9,7 +9,8 @@ A session scope says how long a streak lives:
 * `scope="conversation"`: the thread (conversation) id alone, across turns.
 
 An explicit `session_id=` callable (given the framework's own context object,
-documented per adapter) overrides both.
+documented per adapter) overrides both; when it returns None or "" the
+scope's rule applies (`chosen_session`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from ..errors import ConfigurationError
+from ..session import bound_session
 
-__all__ = ["SCOPES", "Scope", "SessionIdFunction", "check_adapter_options", "scoped_session"]
+__all__ = [
+    "SCOPES", "Scope", "SessionIdFunction", "check_adapter_options", "chosen_session", "scoped_session",
+]
 
 Scope = Literal["run", "conversation"]
 SCOPES: tuple[Scope, ...] = ("run", "conversation")
@@ -54,9 +58,26 @@ def scoped_session(scope: str, conversation: object, run: object) -> str | None:
 
     With `scope="run"` and a run id, the id is `<conversation>/run/<run>`
     (just `run/<run>` without a conversation); without a run id it falls back
-    to the conversation.
+    to the conversation. When the framework names no conversation, the
+    session bound with `bind_session` (if any) stands for it, so a bound
+    session is kept under both scopes.
     """
     thread = None if conversation is None or conversation == "" else str(conversation)
     if scope == "run" and run is not None and run != "":
+        if thread is None:
+            thread = bound_session()
         return f"run/{run}" if thread is None else f"{thread}/run/{run}"
     return thread
+
+
+def chosen_session(
+    session_id: Callable[[Any], object] | None,
+    context: Any,
+    default: Callable[[Any], object],
+) -> object:
+    """`session_id(context)` when it names a session (not None, not ""), else `default(context)`."""
+    if session_id is not None:
+        chosen = session_id(context)
+        if chosen is not None and chosen != "":
+            return chosen
+    return default(context)

@@ -11,10 +11,16 @@ Each tool call is checked in `before_tool_execute`, after its arguments are
 validated and before the tool runs (output tools are not checked: Pydantic
 AI does not run tool hooks for them):
 
-* session: the run's conversation id (`ctx.conversation_id`: the
+* session, by `scope`: `scope="run"` (the default) keys a streak on the
+  run's conversation id together with its run id (`ctx.run_id`: the `run_id=`
+  given to `run`/`run_sync`, else a fresh one per run), so the same question
+  in three user turns is three streaks of one call. `scope="conversation"`
+  keys it on the conversation id alone (`ctx.conversation_id`: the
   `conversation_id=` given to `run`/`run_sync`, else the one on
-  `message_history`, else a fresh one per run). Pass it explicitly for a
-  conversation that spans workers;
+  `message_history`, else a fresh one per run), across the runs that continue
+  it; pass it explicitly for a conversation that spans workers.
+  `session_id=callable(ctx)` (given the `RunContext`) overrides both when it
+  returns a str;
 * call id: the model's tool call id (`call.tool_call_id`) prefixed with the
   run id and run step. Every capability sees the same id for one call, so a
   call checked twice is counted once. The prefix matters for providers that
@@ -83,7 +89,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
 
 from ..errors import LoopBrakeError, UnsupportedArgumentsError
 from ..wrap import Brake, acheck, aobserve
-from .options import check_adapter_options
+from .options import Scope, SessionIdFunction, check_adapter_options, chosen_session, scoped_session
 
 __all__ = ["LoopBrakeCapability", "OnDeny"]
 
@@ -134,16 +140,27 @@ class LoopBrakeCapability(AbstractCapability[Any]):
 
     `brake` is any distbrake brake (`LoopBrake`, `DistributedBrake`,
     `AsyncDistributedBrake`); `on_deny` is `"message"` (a `ToolFailed` the
-    model reads) or `"raise"` (`LoopBrakeError` ends the run).
+    model reads) or `"raise"` (`LoopBrakeError` ends the run). `scope` is
+    `"run"` or `"conversation"`; `session_id(ctx)` overrides it (see the
+    module text).
     """
 
-    def __init__(self, brake: Brake, *, on_deny: OnDeny = "message") -> None:
-        check_adapter_options(brake, on_deny, _ON_DENY)
+    def __init__(
+        self,
+        brake: Brake,
+        *,
+        on_deny: OnDeny = "message",
+        scope: Scope = "run",
+        session_id: SessionIdFunction | None = None,
+    ) -> None:
+        check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
         self.brake = brake
         self.on_deny: OnDeny = on_deny
+        self.scope: Scope = scope
+        self.session_id = session_id
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r})"
+        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r}, scope={self.scope!r})"
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -207,7 +224,9 @@ class LoopBrakeCapability(AbstractCapability[Any]):
         return allowed[2].pop() if allowed[2] else None
 
     async def _check(self, ctx: RunContext[Any], call: ToolCallPart, args: dict[str, Any]) -> None:
-        session_id = ctx.conversation_id or None
+        session_id = chosen_session(
+            self.session_id, ctx, lambda c: scoped_session(self.scope, c.conversation_id, c.run_id)
+        )
         # Ids some providers number per turn repeat: the run step tells the turns apart.
         call_id = f"{ctx.run_id}/{ctx.run_step}/{call.tool_call_id}" if call.tool_call_id else None
         try:
