@@ -89,3 +89,19 @@ def test_without_a_limit_each_checking_thread_opens_one_connection(server: Redis
         brake.close()
     print(f"\nsync, 8 threads x 50 checks, no limit: {opened} connections opened")
     assert opened == 8
+
+
+def test_only_a_url_with_max_connections_gets_a_blocking_pool(server: RedisServer) -> None:
+    """redis-py 8's own pool default (100) is not a limit of ours: the sync brake keeps its per-thread fast path."""
+    import redis
+    import redis.asyncio
+
+    from distbrake import AsyncDistributedBrake
+
+    with DistributedBrake.from_url(server.url) as plain, \
+            DistributedBrake.from_url(f"{server.url}?max_connections=4") as limited:
+        assert type(plain.client.connection_pool) is redis.ConnectionPool
+        assert type(limited.client.connection_pool) is redis.BlockingConnectionPool
+        assert limited.client.connection_pool.max_connections == 4
+    lone = AsyncDistributedBrake.from_url(server.url)
+    assert type(lone.client.connection_pool) is redis.asyncio.ConnectionPool

@@ -51,7 +51,6 @@ _TLS_VERSIONS = {
 }
 _PATH_OPTIONS = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
 
-UNLIMITED = 2**31  # redis-py's max_connections when none is given
 # Each of the two attempts (the first and its one retry) may take this share of the
 # timeout, connect and read alike: two of them leave a tenth of it for the rest.
 ATTEMPT_SHARE = 0.45
@@ -202,7 +201,7 @@ def _where(parsed: ParsedURL, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"host": host, "port": port, "db": parsed.db, **kwargs}
 
 
-def _limited(client: Any, blocking_pool: Any, timeout: float) -> Any:
+def _limited(client: Any, blocking_pool: Any, timeout: float, parsed: ParsedURL) -> Any:
     """`client` as it is, or, with `?max_connections=N`, on a pool that never opens more than N.
 
     redis-py's plain pool raises "Too many connections" past its limit (which
@@ -211,7 +210,7 @@ def _limited(client: Any, blocking_pool: Any, timeout: float) -> Any:
     and settings are the ones redis-py chose for the URL.
     """
     pool = client.connection_pool
-    if pool.max_connections >= UNLIMITED:
+    if "max_connections" not in parsed.options:  # redis-py's own default (100 in redis-py 8) is no limit of ours
         return client
     blocking = blocking_pool(
         connection_class=pool.connection_class, max_connections=pool.max_connections,
@@ -229,7 +228,7 @@ def sync_client(url: str | ParsedURL, timeout: float) -> Any:
         return fakeredis.FakeRedis(server=memory_server(parsed.path))
     kwargs = _common(parsed, timeout, redis.retry.Retry(NoBackoff(), 1))
     if parsed.kind in ("redis", "unix"):
-        return _limited(redis.Redis(**_where(parsed, kwargs)), redis.BlockingConnectionPool, timeout)
+        return _limited(redis.Redis(**_where(parsed, kwargs)), redis.BlockingConnectionPool, timeout, parsed)
     if parsed.kind == "cluster":
         nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]  # type: ignore[no-untyped-call]
         # redis-py's sync cluster client connects when it is built; build it on
@@ -252,7 +251,7 @@ def async_client(url: str | ParsedURL, timeout: float) -> Any:
     kwargs = _common(parsed, timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
     if parsed.kind in ("redis", "unix"):
         client = redis.asyncio.Redis(**_where(parsed, kwargs))
-        return _limited(client, redis.asyncio.BlockingConnectionPool, timeout)
+        return _limited(client, redis.asyncio.BlockingConnectionPool, timeout, parsed)
     if parsed.kind == "cluster":
         nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
