@@ -116,6 +116,7 @@ class BrakeCore:
 
     def __init__(self, settings: BrakeSettings) -> None:
         self.settings = settings
+        self._tool_rules, self._default_rules = settings.rules_table()
 
     @property
     def max_repeats(self) -> int:
@@ -131,7 +132,7 @@ class BrakeCore:
     ) -> PreparedCall | Verdict:
         """Resolve session, call id and the tool's rules, and hash; an exempt tool gives its Verdict."""
         session = session_id if type(session_id) is str else resolve_session(session_id, context)
-        rules = self.settings.rules_for(tool)
+        rules = self._tool_rules.get(tool, self._default_rules)
         if rules is None:
             return Verdict(0, 0, "", session, tool, exempt=True, decided_by="exempt")
         if rules.ignore_fields:

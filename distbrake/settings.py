@@ -254,6 +254,14 @@ class BrakeSettings(BaseSettings):
         """What a check of `tool` is judged by, or None when the tool is exempt."""
         return self._rules.get(tool, self._default_rules) if self._rules else self._default_rules
 
+    def rules_table(self) -> tuple[dict[str, Rules | None], Rules]:
+        """Every named tool's rules (None: exempt) and the rules of any other tool, as plain objects.
+
+        A brake looks a tool up here on every check: a dict lookup, where
+        `rules_for` pays for pydantic's private-attribute access.
+        """
+        return dict(self._rules), self._default_rules
+
     def limit_for(self, tool: str) -> int | None:
         """The limit for `tool`, or None when the tool is exempt."""
         rules = self.rules_for(tool)
