@@ -107,6 +107,21 @@ async def test_an_observation_is_ignored_once_the_streak_moved_on(kind: str, bra
     assert (first.count, second.count, again.count) == (1, 2, 1)
 
 
+async def test_a_new_streak_never_compares_with_an_earlier_streaks_result(kind: str, brakes: Brakes) -> None:
+    # The second streak's first poll is never observed (denied by another rule, or its worker died):
+    # its second poll has no earlier result of its own streak, so it restarts nothing.
+    brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
+    first = await _maybe(brake.check("get_job_status", {"job": "j1"}, session_id="s"))
+    await _maybe(brake.observe(first, {"pct": 10}))
+    await _maybe(brake.check("other", {}, session_id="s"))  # a new streak
+    await _maybe(brake.check("get_job_status", {"job": "j1"}, session_id="s"))  # never observed
+    second = await _maybe(brake.check("get_job_status", {"job": "j1"}, session_id="s"))
+    await _maybe(brake.observe(second, {"pct": 90}))
+    with pytest.raises(LoopBrakeError) as denied:
+        await _maybe(brake.check("get_job_status", {"job": "j1"}, session_id="s"))
+    assert (second.count, denied.value.count) == (2, 3)
+
+
 async def test_other_tools_pay_nothing(kind: str, brakes: Brakes) -> None:
     brake = brakes(kind, tools=POLLER, timeout_seconds=10.0)
     verdict = await _maybe(brake.check("search", {"q": 1}, session_id="s"))

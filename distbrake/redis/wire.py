@@ -156,7 +156,7 @@ def encode_call(
         ttl_ms,
         about(call.tool_name, call.session_id),
         window_ms,
-        judged_by(call.max_repeats, call.warn_at, call.enforce),
+        judged_by(call.max_repeats, call.warn_at, call.enforce, call.progress),
     )
     return session_key(call.session_id, key_prefix), argv if cycles is None else (*argv, *cycles)
 
@@ -211,12 +211,14 @@ def _unpack_session(data: bytes) -> bytes:
 
 
 @lru_cache(maxsize=256)
-def judged_by(max_repeats: int, warn_at: int | None, enforce: bool) -> bytes:
-    """ARGV[6]: what a check is judged by, as the record keeps it ("3", "5w2s")."""
-    return b"%d%s%s" % (max_repeats, b"w%d" % warn_at if warn_at else b"", b"" if enforce else b"s")
+def judged_by(max_repeats: int, warn_at: int | None, enforce: bool, progress: bool = False) -> bytes:
+    """ARGV[6]: what a check is judged by, as the record keeps it ("3", "5w2s", "5p" for a progress-aware tool)."""
+    return b"%d%s%s%s" % (
+        max_repeats, b"w%d" % warn_at if warn_at else b"", b"" if enforce else b"s", b"p" if progress else b""
+    )
 
 
-_JUDGED = re.compile(rb"([0-9]{1,18})(?:w([0-9]{1,18}))?(s?)")
+_JUDGED = re.compile(rb"([0-9]{1,18})(?:w([0-9]{1,18}))?(s?)p?")
 
 
 CALL_HEAD = 21  # bytes of ARGV[1] before the call ids: call hash (16) and ttl (5)
