@@ -12,7 +12,7 @@ ARGV[4]  for inspection only: one byte holding the tool name's length (plus 128 
 ARGV[5]  the replay window in milliseconds (the brake's timeout)
 ARGV[6]  what the check is judged by, kept for `inspect` and `list`: the limit in decimal,
          then "w" and warn_at when set, then "s" in shadow mode (enforce=False), then "p" for a
-         progress-aware tool (its new streak drops the field r of an earlier one): "3", "5w2s", "5p"
+         progress-aware tool (its new streak empties the field r of an earlier one): "3", "5w2s", "5p"
 ARGV[7]  in an observation (seven arguments, see below): 8 bytes of the tool result's digest;
          in a check with cycles on (eight arguments): the longest cycle period looked for, 2..4
 ARGV[8]  in a check with cycles on: how many repetitions of a cycle deny, 2..10
@@ -166,10 +166,10 @@ if k > 1 then
   before = string.sub(call, size - 9, size - 5)
 end
 local fields = string.sub(call, 1, 16) .. last .. before .. string.sub(call, 17, 21) .. count
-if n == 0 then
-  if record and string.byte(ARGV[6], -1) == 112 then
-    rcall('HDEL', key, 'r')  -- a progress-aware call starts a streak: no result of this streak yet
-  end
+if n == 0 and record and string.byte(ARGV[6], -1) == 112 then
+  -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
+  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'r', '')
+elseif n == 0 then
   rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4])
 else
   rcall('HSET', key, 'h', fields, 'j', ARGV[6])

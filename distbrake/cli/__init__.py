@@ -21,31 +21,58 @@ Errors are one line on stderr (with --json, also `{"error": {...}}` on
 stdout), never a traceback, never a password.
 
 The run's state is an `App` (app.py) on click's `ctx.obj`; output.py prints
-and maps errors to exit codes; each other module is one group of commands.
+and maps errors to exit codes; each other module is one group of commands,
+imported only when one of its commands runs (`--help` and `--version` load no
+Redis client, no pydantic and no rich).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import sys
+from typing import Any
 
 import click
 
-from .. import __version__
-from .app import App, global_options
-from .bench import bench_command
-from .calls import check_command, hash_command
-from .demo import demo_command
-from .doctor import doctor_command
-from .output import EXIT_CODES, EXIT_OK, EXIT_USAGE, CliError, as_cli_error, one_line, report_error
-from .sessions import clear_command, inspect_command, list_command
+from .._version import __version__
+from .app import COMMANDS, App, global_options
 
 __all__ = ["EXIT_CODES", "App", "CliError", "cli", "main"]
 
+EXIT_OK, EXIT_USAGE = 0, 2  # as output.EXIT_CODES has them (a test checks)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+
+def __getattr__(name: str) -> Any:
+    if name in ("EXIT_CODES", "CliError"):
+        from . import output
+
+        return getattr(output, name)
+    raise AttributeError(f"module 'distbrake.cli' has no attribute {name!r}")
+
+
+class _Commands(click.Group):
+    """The commands of `COMMANDS`, each imported when it is looked up to run."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module, attribute, _ = entry
+        found: click.Command = getattr(importlib.import_module(f".{module}", __name__), attribute)
+        return found
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_text) for name, (_, _, help_text) in COMMANDS.items()])
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              params=global_options(after_command=False))
 @click.version_option(__version__, "-V", "--version", prog_name="distbrake",
                       message="%(prog)s %(version)s")
@@ -68,10 +95,6 @@ def cli(
     app.env_url = os.environ.get("DISTBRAKE_URL")
     app.want_json(as_json)
 
-
-for _command in (inspect_command, list_command, clear_command, hash_command, check_command,
-                 doctor_command, bench_command, demo_command):
-    cli.add_command(_command)
 
 
 def _quiet_library_logs() -> None:
@@ -101,6 +124,8 @@ def _run_cli(app: App, argv: list[str] | None) -> int:
         click.echo("distbrake: interrupted", err=True)
         return 130
     except click.ClickException as error:  # usage errors: one line, exit 2
+        from .output import CliError, one_line, report_error
+
         no_args = getattr(click.exceptions, "NoArgsIsHelpError", None)
         if no_args is not None and isinstance(error, no_args) and error.ctx is not None:
             click.echo(error.ctx.get_help())  # bare `distbrake`: the help, as usage (exit 2)
@@ -119,5 +144,7 @@ def _run_cli(app: App, argv: list[str] | None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as error:
+        from .output import as_cli_error, report_error
+
         return report_error(app, as_cli_error(error, app))
     return result if isinstance(result, int) and not isinstance(result, bool) else EXIT_OK

@@ -6,17 +6,30 @@ import contextlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import click
 
 from ..errors import DistbrakeError
-from ..redis.sync import DistributedBrake
-from ..settings import DEFAULT_URL, BrakeSettings, FailurePolicy
-from ..urls import ParsedURL, parse_url
 
-_DEFAULT_TIMEOUT: float = BrakeSettings.model_fields["timeout_seconds"].default
+if TYPE_CHECKING:  # imported when first used: `--help` and `--version` load no Redis client
+    from ..redis.sync import DistributedBrake
+    from ..settings import BrakeSettings, FailurePolicy
+    from ..urls import ParsedURL
+
+# Every command: its module, the function's name there, and its one-line help (what `--help`
+# lists without importing any command). A command's module is imported when it runs.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "inspect": ("sessions", "inspect_command", "One session's streak (exit 1 when there is none)."),
+    "list": ("sessions", "list_command", "Sessions with streaks, longest first."),
+    "clear": ("sessions", "clear_command", "Forget streaks: SESSION... or --all --yes."),
+    "hash": ("calls", "hash_command", "The call hash of TOOL + ARGS_JSON, computed locally."),
+    "check": ("calls", "check_command", "Count one call as a worker would (exit 3 when denied)."),
+    "doctor": ("doctor", "doctor_command", "Diagnose connection, mode, script, permissions, config."),
+    "bench": ("bench", "bench_command", "Benchmark figures, as ratios to the server's own floor."),
+    "demo": ("demo", "demo_command", "A small fleet with one stuck agent: watch the brake stop it."),
+}
 # The password of a URL that does not parse (the library's own error redacts it; this finds it to scrub).
 _PASSWORD_OF_BAD_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@")
 
@@ -73,6 +86,8 @@ class App:
         (and its variable is then not read).
         """
         if on_backend_error not in self._settings:
+            from ..redis.sync import DistributedBrake
+
             options = {k: v for k, v in self.given().items() if k != "url"}
             self._settings[on_backend_error] = DistributedBrake.settings_for_url(
                 self.url, None, on_backend_error=on_backend_error, **options)
@@ -86,12 +101,19 @@ class App:
     @property
     def backend(self) -> str:
         """The backend as messages show it (password redacted); `DEFAULT_URL` until it is known."""
+        from ..settings import DEFAULT_URL
+
         return self.resolved.shown_url if self.resolved else DEFAULT_URL
 
     @property
     def timeout_seconds(self) -> float:
         """The effective timeout, for messages (the default until the settings are known)."""
-        return self.resolved.timeout_seconds if self.resolved else _DEFAULT_TIMEOUT
+        if self.resolved:
+            return self.resolved.timeout_seconds
+        from ..settings import BrakeSettings
+
+        default: float = BrakeSettings.model_fields["timeout_seconds"].default
+        return default
 
     @property
     def secrets(self) -> frozenset[str]:
@@ -110,6 +132,8 @@ class App:
         if self.resolved is not None and self.resolved.url == url:
             parsed = self.resolved.parsed_url  # the run's own URL: parsed already
         else:
+            from ..urls import parse_url
+
             try:
                 parsed = parse_url(url)
             except DistbrakeError:
@@ -122,6 +146,8 @@ class App:
     @contextlib.contextmanager
     def open(self, on_backend_error: FailurePolicy | None = None) -> Iterator[DistributedBrake]:
         """A brake on the run's backend (see `settings`), closed afterwards."""
+        from ..redis.sync import DistributedBrake
+
         brake = DistributedBrake.from_url(settings=self.settings(on_backend_error))
         try:
             yield brake
@@ -178,7 +204,7 @@ def global_options(after_command: bool) -> list[click.Option]:
     ]
 
 
-def command(name: str, short_help: str) -> Callable[[Callable[..., None]], click.Command]:
+def command(name: str) -> Callable[[Callable[..., None]], click.Command]:
     """A subcommand: its function gets the run's `App` first, and it takes the global options.
 
     --url, --timeout, --key-prefix, --max-repeats and --json may be given
@@ -188,7 +214,7 @@ def command(name: str, short_help: str) -> Callable[[Callable[..., None]], click
     """
 
     def decorate(function: Callable[..., None]) -> click.Command:
-        made = click.command(name, short_help=short_help)(click.pass_obj(function))
+        made = click.command(name, short_help=COMMANDS[name][2])(click.pass_obj(function))
         made.params.extend(global_options(after_command=True))
         return made
 

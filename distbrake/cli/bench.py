@@ -186,7 +186,7 @@ def _figure_value(value: float | None, unit: str) -> str:
     return f"{value:.2f} {unit}" if value < 10 else f"{value:.1f} {unit}"
 
 
-@command("bench", short_help="Benchmark figures, as ratios to the server's own floor.")
+@command("bench")
 @click.option("--quick", is_flag=True, help="A small run (a few seconds; noisier figures).")
 @click.option("--sessions", metavar="N", default=None, type=click.IntRange(min=100),
               help="Sessions for the memory figure (default 20000; --quick 2000).")

@@ -52,7 +52,7 @@ def parse_args_json(text: str) -> Any:
         raise CliError("ARGS_JSON is nested too deeply", EXIT_USAGE, "usage") from None
 
 
-@command("hash", short_help='The call hash of TOOL + ARGS_JSON, computed locally.')
+@command("hash")
 @click.argument("tool")
 @click.argument("args_json", metavar="ARGS_JSON")
 def hash_command(app: App, tool: str, args_json: str, as_json: bool) -> None:
@@ -139,7 +139,7 @@ def _dry_run(
         raise click.exceptions.Exit(EXIT_DENIED)
 
 
-@command("check", short_help='Count one call as a worker would (exit 3 when denied).')
+@command("check")
 @click.argument("tool")
 @click.argument("args_json", metavar="ARGS_JSON")
 @click.option("--session", "session", required=True, metavar="S", help="The session (agent) id.")

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .demo_plan import DemoOutcome, DemoReport
 
 
-@command("demo", short_help='A small fleet with one stuck agent: watch the brake stop it.')
+@command("demo")
 @click.option("--workers", metavar="N", default=4, show_default=True,
               type=click.IntRange(2, 32), help="Workers in the fleet (processes on Redis, "
                                               "threads on memory://).")

@@ -359,7 +359,7 @@ class Doctor:
             console.print(Text("all good", style="green" if terminal else ""))
 
 
-@command("doctor", short_help='Diagnose connection, mode, script, permissions, config.')
+@command("doctor")
 def doctor_command(app: App, as_json: bool) -> None:
     """Diagnose the backend: connection, version, mode, latency, script, permissions, config.
 

@@ -123,7 +123,7 @@ def ttl_text(ttl: float | None) -> str:
 # -- inspect -----------------------------------------------------------------------------------
 
 
-@command("inspect", short_help="One session's streak (exit 1 when there is none).")
+@command("inspect")
 @click.argument("session")
 def inspect_command(app: App, session: str, as_json: bool) -> None:
     """Show SESSION's streak: tool, call hash prefix, count, limit, TTL, last update.
@@ -178,7 +178,7 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
 # -- list ---------------------------------------------------------------------------------------
 
 
-@command("list", short_help='Sessions with streaks, longest first.')
+@command("list")
 @click.option("--match", "match", metavar="GLOB", default=None,
               help="Only session ids matching this glob (fnmatch, case-sensitive).")
 @click.option("--min-count", metavar="N", default=1, show_default=True,
@@ -251,7 +251,7 @@ def list_command(
 # -- clear ---------------------------------------------------------------------------------------
 
 
-@command("clear", short_help='Forget streaks: SESSION... or --all --yes.')
+@command("clear")
 @click.argument("sessions", nargs=-1, metavar="[SESSION]...")
 @click.option("--all", "clear_all", is_flag=True, help="Clear every session under the key prefix.")
 @click.option("--yes", is_flag=True, help="Confirm --all.")
