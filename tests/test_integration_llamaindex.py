@@ -193,6 +193,23 @@ def test_copies_leave_the_originals_untouched_and_are_not_braked_twice() -> None
         guard_tools(brake, [object()])  # type: ignore[list-item]
 
 
+def test_partial_params_are_not_part_of_the_call() -> None:
+    runs: list[str] = []
+
+    def search(q: str, api_key: str) -> str:
+        """Search the web for q."""
+        runs.append(api_key)
+        return "results"
+
+    tool = FunctionTool.from_defaults(search, partial_params={"api_key": SECRET})
+    [braked] = guard_tools(LoopBrake(), [tool])
+
+    outputs = [braked(q="weather"), braked.call(q="weather"), braked(q="weather")]  # __call__ passes them in
+
+    assert runs == [SECRET, SECRET]
+    assert [o.is_error for o in outputs] == [False, False, True]
+
+
 async def test_a_tool_taking_the_workflow_context_gets_it_and_it_is_not_hashed() -> None:
     seen: list[Any] = []
 

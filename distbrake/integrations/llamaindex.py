@@ -103,7 +103,8 @@ class _Guard:
         """(tool name, hashed arguments, session) of one call."""
         hidden = tool.ctx_param_name
         context = kwargs.get(hidden) if hidden is not None else None
-        named = {key: value for key, value in kwargs.items() if key != hidden}
+        fixed = tool.partial_params  # the same on every call (`tool(...)` passes them in, agents do not)
+        named = {key: value for key, value in kwargs.items() if key != hidden and key not in fixed}
         hashed: Any = named if not args else {"args": list(args), "kwargs": named}
         return tool.metadata.get_name(), hashed, self.session_of(context)
 
