@@ -147,8 +147,9 @@ async def test_a_different_call_breaks_the_streak() -> None:
     assert_refused(model.responses(6)[0])
 
 
-async def test_parallel_identical_calls_in_one_turn() -> None:
-    worker = Worker(ScriptedModel(script=[[call(), call(), call()]]), LoopBrakePlugin(LoopBrake()))
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_parallel_identical_calls_in_one_turn(kind: str, brakes: Any) -> None:
+    worker = Worker(ScriptedModel(script=[[call(), call(), call()]]), LoopBrakePlugin(brakes(kind)))
 
     await worker.run()
 

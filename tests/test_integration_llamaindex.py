@@ -118,6 +118,18 @@ async def test_third_identical_call_is_refused_and_the_run_goes_on(kind: str, br
 
 
 @pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_parallel_identical_calls_in_one_turn(kind: str, brakes: Any) -> None:
+    tools, script = Tools(), Script([call(), call(), call()])
+
+    await tools.agent(script, brakes(kind)).run(user_msg="weather?")
+
+    assert len(tools.runs) == 2
+    results = script.results(1)
+    assert len(results) == 3
+    assert sum(r.startswith("loop brake") for r in results) == 1
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_the_refusal_is_an_error_tool_output_without_the_arguments(kind: str, brakes: Any) -> None:
     tools = Tools()
     handler = tools.agent(repeating(), brakes(kind)).run(user_msg="weather?")
