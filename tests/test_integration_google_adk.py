@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import subprocess
 import sys
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
@@ -225,6 +226,13 @@ def test_options_are_validated() -> None:
         LoopBrakePlugin(LoopBrake(), session_id="s-1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="check"):
         LoopBrakePlugin(object())  # type: ignore[arg-type]
+
+
+def test_import_distbrake_does_not_import_the_framework() -> None:
+    code = "import sys, distbrake, distbrake.integrations\n"
+    code += "print([m for m in sys.modules if m.startswith('google.adk')])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -287,6 +288,13 @@ def test_options_are_validated() -> None:
         guard_tools(LoopBrake(), [], session_id="s")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="check"):
         guard_tools(object(), [])  # type: ignore[arg-type]
+
+
+def test_import_distbrake_does_not_import_the_framework() -> None:
+    code = "import sys, distbrake, distbrake.integrations\n"
+    code += "print([m for m in sys.modules if m.startswith('llama_index')])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
