@@ -23,6 +23,7 @@ from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.claude_agent_sdk import loop_brake_hooks
 from tests.backends import ADAPTER_BRAKES, next_answer
 from tests.claude_cli import FINAL, ScriptedCLI, ToolUse
+from tests.servers import free_port
 from tests.test_security import every_stored_byte
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -134,6 +135,21 @@ async def test_one_tool_use_seen_by_two_hook_lists_of_one_brake_counts_once() ->
 
     assert tools.runs == ["weather", "weather"]  # the tool use id: counted once, not halved
     assert_refused(cli.model_inputs[2][0])
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_closed_policy_on_a_dead_backend_denies_rather_than_fails_open(face: str, brakes: Any) -> None:
+    """A raising hook is no decision to the CLI, which runs the tool: the brake's error is a deny instead."""
+    dead = f"redis://127.0.0.1:{free_port()}"
+    brake = brakes(f"{face}-redis", dead, on_backend_error="closed", timeout_seconds=0.2)
+    tools = Tools()
+    cli = repeating(tools, 1)
+
+    await run(cli, loop_brake_hooks(brake))
+
+    assert tools.runs == []
+    [refusal] = cli.model_inputs[0]
+    assert refusal["is_error"] is True and "127.0.0.1" in refusal["content"]
 
 
 # -- the session scope -----------------------------------------------------------------------

@@ -35,7 +35,10 @@ error result:
   text as `stopReason`, so Claude stops after this call, the SDK's own way
   of ending a run from a hook (the result message ends the `query`). Nothing
   is raised: a hook that raises is a hook failure, which the CLI counts as no
-  decision under the default `on_failure` and runs the tool anyway.
+  decision under the default `on_failure` and runs the tool anyway. For the
+  same reason a brake whose backend is down under the `closed` failure
+  policy denies the call with the `BrakeUnavailableError` text (raised, it
+  would let the tool run).
 
 Warnings and progress-aware tools: the `PostToolUse` hook (or
 `PostToolUseFailure`, when the tool failed) of an allowed call whose verdict
@@ -72,7 +75,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         'pip install "distbrake[claude-agent-sdk]"'
     ) from error
 
-from ..errors import LoopBrakeError
+from ..errors import BrakeUnavailableError, LoopBrakeError
 from ..wrap import Brake, acheck, aobserve
 from .options import Scope, SessionIdFunction, check_adapter_options, scoped_session
 from .verdicts import needs_observation, warning_of
@@ -105,7 +108,7 @@ class _Hooks:
             return self.session_id(data)
         return scoped_session(self.scope, data.get("session_id"), data.get("prompt_id"))
 
-    def deny(self, error: LoopBrakeError) -> HookJSONOutput:
+    def deny(self, error: LoopBrakeError | BrakeUnavailableError) -> HookJSONOutput:
         text = str(error)
         refusal: PreToolUseHookSpecificOutput = {
             "hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": text,
@@ -129,7 +132,7 @@ class _Hooks:
                 self.brake, fields["tool_name"], fields["tool_input"], session_id=self.session_of(fields),
                 call_id=call_id,
             )
-        except LoopBrakeError as error:
+        except (LoopBrakeError, BrakeUnavailableError) as error:
             return self.deny(error)
         if call_id and (needs_observation(verdict) or warning_of(verdict) is not None):
             self.pending[call_id] = verdict
