@@ -33,7 +33,9 @@ On denial the tool does not run, and:
 * `on_deny="raise"`: `LoopBrakeError` is raised in the plugin; ADK turns any
   exception in a plugin callback into `RuntimeError("Error in plugin ...")`
   (chained from the `LoopBrakeError`, so `error.__cause__` holds it), which
-  ends the run: `runner.run_async` raises it.
+  ends the run: `runner.run_async` raises it. A brake error
+  (`BrakeUnavailableError` under the `closed` failure policy) ends the run
+  the same way, before the tool runs.
 
 Warnings and progress-aware tools (`after_tool_callback`, which ADK runs
 after the tool; `on_tool_error_callback` when it raised): an allowed call

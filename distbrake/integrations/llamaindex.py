@@ -43,6 +43,10 @@ On denial the function does not run, and:
   the run's event stream, cancels the run (`handler.cancel_run()`) at the
   first refused call and raises its `LoopBrakeError`.
 
+A brake error (`BrakeUnavailableError` under the `closed` failure policy)
+is raised from the call before the function runs; inside an agent the model
+reads its text as an error result.
+
 Warnings and progress-aware tools: an allowed call whose verdict carries a
 warning (the brake's `warn_at`; none in shadow mode) returns the tool's
 output with the warning as one more `TextBlock` after its blocks (the model
