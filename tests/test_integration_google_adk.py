@@ -25,9 +25,10 @@ from google.adk.sessions import InMemorySessionService
 from google.genai import types
 from pydantic import Field
 
-from distbrake import ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
+from distbrake import BrakeUnavailableError, ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.google_adk import WARNING_KEY, LoopBrakePlugin
 from tests.backends import ADAPTER_BRAKES, next_answer
+from tests.servers import free_port
 from tests.test_security import every_stored_byte
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -168,6 +169,17 @@ async def test_a_call_checked_by_two_plugins_of_one_brake_is_counted_once() -> N
 
     assert worker.runs == ["weather", "weather"]  # not halved: the same call id counts once
     assert_refused(worker.model.responses(3)[0])
+
+
+async def test_a_closed_policy_on_a_dead_backend_ends_the_run_before_the_tool(brakes: Any) -> None:
+    brake = brakes("async-redis", f"redis://127.0.0.1:{free_port()}", on_backend_error="closed", timeout_seconds=0.2)
+    worker = Worker(repeating(1), LoopBrakePlugin(brake))
+
+    with pytest.raises(RuntimeError) as caught:
+        await worker.run()
+
+    assert isinstance(caught.value.__cause__, BrakeUnavailableError)
+    assert worker.runs == []
 
 
 # -- the session scope -----------------------------------------------------------------------

@@ -26,6 +26,7 @@ from workflows import Context
 from distbrake import ConfigurationError, LoopBrake, LoopBrakeError, bind_session, call_hash, hash_prefix
 from distbrake.integrations.llamaindex import BrakedFunctionTool, guard_tools, raise_on_denial
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
+from tests.servers import free_port
 from tests.test_security import every_stored_byte
 
 # LlamaIndex's own warnings, not the adapter's: the workflow runtime lists a FunctionAgent's members
@@ -243,6 +244,16 @@ async def test_a_tool_taking_the_workflow_context_gets_it_and_it_is_not_hashed()
     assert len(seen) == 2
     assert all(isinstance(c, Context) for c in sessions) and len(sessions) == 3
     assert script.results(3)[0].startswith('loop brake: tool "lookup" called 3 times')
+
+
+async def test_a_closed_policy_on_a_dead_backend_is_an_error_result_before_the_tool(brakes: Any) -> None:
+    brake = brakes("sync-redis", f"redis://127.0.0.1:{free_port()}", on_backend_error="closed", timeout_seconds=0.2)
+    tools, script = Tools(), repeating(1)
+
+    await tools.agent(script, brake).run(user_msg="?")
+
+    assert tools.runs == []
+    assert "127.0.0.1" in script.results(1)[0]
 
 
 # -- the session scope -----------------------------------------------------------------------
