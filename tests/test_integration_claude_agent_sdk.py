@@ -1,0 +1,336 @@
+"""Claude Agent SDK integration: the SDK's real `query()` and `ClaudeSDKClient` with the brake's hooks.
+
+The CLI is `tests.claude_cli.ScriptedCLI`, a public `Transport` that speaks the
+SDK's control protocol: the SDK registers the hooks at `initialize` and
+answers each `hook_callback` request with the brake's hooks, exactly as it
+does for the real CLI. The hooks are async, so every adapter brake kind works.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, HookMatcher, ResultMessage, query
+
+from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
+from distbrake.integrations.claude_agent_sdk import loop_brake_hooks
+from tests.backends import ADAPTER_BRAKES, next_answer
+from tests.claude_cli import FINAL, ScriptedCLI, ToolUse
+from tests.servers import free_port
+from tests.test_security import every_stored_byte
+
+PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
+SEARCH: ToolUse = ("search", {"q": "weather"})
+
+
+class Tools:
+    """The bodies the scripted CLI runs, counting their real runs."""
+
+    def __init__(self, answers: list[Any] | None = None) -> None:
+        self.runs: list[str] = []
+        self.answers = iter(answers or [])
+
+    def search(self, q: str) -> str:
+        self.runs.append(q)
+        return f"results for {q}"
+
+    def get_job_status(self, job: str) -> str:
+        self.runs.append(job)
+        return str(next_answer(self.answers))
+
+    def cli(self, *script: list[ToolUse] | str) -> ScriptedCLI:
+        return ScriptedCLI(list(script), {"search": self.search, "get_job_status": self.get_job_status})
+
+
+def repeating(tools: Tools, n: int = 3, use: ToolUse = SEARCH) -> ScriptedCLI:
+    return tools.cli(*([use] for _ in range(n)))
+
+
+async def run(cli: ScriptedCLI, hooks: Any, prompt: str = "weather?") -> ResultMessage:
+    messages = [m async for m in query(prompt=prompt, options=ClaudeAgentOptions(hooks=hooks), transport=cli)]
+    result = messages[-1]
+    assert isinstance(result, ResultMessage)
+    return result
+
+
+def assert_refused(block: dict[str, Any], tool: str = "search") -> None:
+    assert block["is_error"] is True
+    assert block["content"].startswith(f'loop brake: tool "{tool}" called 3 times in a row')
+    if tool == "search":
+        assert PREFIX in block["content"]
+
+
+# -- the whole loop ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_third_identical_call_is_denied_and_the_run_goes_on(kind: str, brakes: Any) -> None:
+    tools = Tools()
+    cli = repeating(tools)
+
+    result = await run(cli, loop_brake_hooks(brakes(kind)))
+
+    assert tools.runs == ["weather", "weather"]
+    assert cli.model_inputs[0] == [{"type": "tool_result", "tool_use_id": cli.model_inputs[0][0]["tool_use_id"],
+                                    "content": "results for weather", "is_error": False}]
+    [refusal] = cli.model_inputs[2]  # the model's next input after the third call
+    assert_refused(refusal)
+    assert result.result == FINAL
+    assert cli.stop_reasons == []
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_on_deny_raise_stops_the_run_with_continue_false(kind: str, brakes: Any) -> None:
+    tools = Tools()
+    cli = tools.cli([SEARCH], [SEARCH], [SEARCH], [SEARCH], "never reached")
+
+    result = await run(cli, loop_brake_hooks(brakes(kind), on_deny="raise"))
+
+    assert tools.runs == ["weather", "weather"]
+    assert_refused(cli.model_inputs[2][0])
+    [stop] = cli.stop_reasons
+    assert stop.startswith('loop brake: tool "search" called 3 times') and PREFIX in stop
+    assert result.result == stop
+    assert len(cli.model_inputs) == 3  # the run stopped at the refused call
+
+
+async def test_the_hook_input_names_session_call_and_run() -> None:
+    brake = LoopBrake()
+    tools = Tools()
+    cli = repeating(tools, 2)
+
+    await run(cli, loop_brake_hooks(brake))
+
+    pre = [h for h in cli.hook_inputs if h["hook_event_name"] == "PreToolUse"]
+    assert len({h["tool_use_id"] for h in pre}) == 2
+    state = brake.inspect(f"sess-1/run/{pre[0]['prompt_id']}")
+    assert state is not None
+    assert state.count == 2
+
+
+async def test_a_matcher_limits_the_brake_to_some_tools() -> None:
+    tools = Tools(["running"] * 4)
+    cli = repeating(tools, 4, ("get_job_status", {"job": "j1"}))
+
+    await run(cli, loop_brake_hooks(LoopBrake(), matcher="search"))
+
+    assert len(tools.runs) == 4
+
+
+async def test_one_tool_use_seen_by_two_hook_lists_of_one_brake_counts_once() -> None:
+    brake = LoopBrake()
+    first, second = loop_brake_hooks(brake), loop_brake_hooks(brake)
+    hooks = {event: [*first[event], *second[event]] for event in first}
+    tools = Tools()
+    cli = repeating(tools)
+
+    await run(cli, hooks)
+
+    assert tools.runs == ["weather", "weather"]  # the tool use id: counted once, not halved
+    assert_refused(cli.model_inputs[2][0])
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_a_closed_policy_on_a_dead_backend_denies_rather_than_fails_open(face: str, brakes: Any) -> None:
+    """A raising hook is no decision to the CLI, which runs the tool: the brake's error is a deny instead."""
+    dead = f"redis://127.0.0.1:{free_port()}"
+    brake = brakes(f"{face}-redis", dead, on_backend_error="closed", timeout_seconds=0.2)
+    tools = Tools()
+    cli = repeating(tools, 1)
+
+    await run(cli, loop_brake_hooks(brake))
+
+    assert tools.runs == []
+    [refusal] = cli.model_inputs[0]
+    assert refusal["is_error"] is True and "127.0.0.1" in refusal["content"]
+
+
+# -- the session scope -----------------------------------------------------------------------
+
+
+async def three_turns(hooks: dict[Any, list[HookMatcher]], tools: Tools) -> ScriptedCLI:
+    cli = tools.cli([SEARCH], "sunny", [SEARCH], "sunny", [SEARCH], "sunny")
+    async with ClaudeSDKClient(ClaudeAgentOptions(hooks=hooks), transport=cli) as client:
+        for day in ("monday", "tuesday", "wednesday"):
+            await client.query(day)
+            [m async for m in client.receive_response()]
+    return cli
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_one_search_per_user_turn_is_never_a_loop_by_default(kind: str, brakes: Any) -> None:
+    tools = Tools()
+
+    cli = await three_turns(loop_brake_hooks(brakes(kind)), tools)
+
+    assert tools.runs == ["weather"] * 3
+    assert [block["is_error"] for [block] in cli.model_inputs] == [False] * 3
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_conversation_scope_denies_the_third_turns_search(kind: str, brakes: Any) -> None:
+    tools = Tools()
+
+    cli = await three_turns(loop_brake_hooks(brakes(kind), scope="conversation"), tools)
+
+    assert tools.runs == ["weather"] * 2
+    assert_refused(cli.model_inputs[2][0])
+
+
+async def test_session_id_callable_gets_the_hook_input() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def tenant(data: dict[str, Any]) -> str:
+        seen.append(data)
+        return f"tenant/{data['session_id']}"
+
+    brake = LoopBrake()
+    await run(repeating(Tools(), 2), loop_brake_hooks(brake, session_id=tenant))
+
+    assert [d["hook_event_name"] for d in seen] == ["PreToolUse", "PreToolUse"]
+    state = brake.inspect("tenant/sess-1")
+    assert state is not None
+    assert state.count == 2
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match="on_deny"):
+        loop_brake_hooks(LoopBrake(), on_deny="deny")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="scope"):
+        loop_brake_hooks(LoopBrake(), scope="session")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="session_id"):
+        loop_brake_hooks(LoopBrake(), session_id="s")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="check"):
+        loop_brake_hooks(object())  # type: ignore[arg-type]
+
+
+def test_import_distbrake_does_not_import_the_framework() -> None:
+    code = "import sys, distbrake, distbrake.integrations\n"
+    code += "print([m for m in sys.modules if m.startswith('claude_agent_sdk')])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"
+
+
+def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "distbrake.integrations.claude_agent_sdk")
+    monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)
+
+    with pytest.raises(ImportError, match=r'pip install "distbrake\[claude-agent-sdk\]"'):
+        importlib.import_module("distbrake.integrations.claude_agent_sdk")
+
+
+# -- two workers sharing one real Redis ---------------------------------------------------
+
+
+async def test_two_workers_share_a_session_streak_through_redis(redis_url: str, brakes: Any) -> None:
+    tools_a, tools_b = Tools(), Tools()
+    cli_b = repeating(tools_b, 1)
+
+    await run(repeating(tools_a, 2), loop_brake_hooks(brakes("sync-redis", redis_url), scope="conversation"))
+    result = await run(cli_b, loop_brake_hooks(brakes("async-redis", redis_url), scope="conversation"))
+
+    assert (tools_a.runs, tools_b.runs) == (["weather", "weather"], [])
+    assert_refused(cli_b.model_inputs[0][0])  # B's use is the third of the session
+    assert result.result == FINAL
+
+
+async def test_two_workers_on_different_prompts_do_not_share_a_streak(redis_url: str, brakes: Any) -> None:
+    tools_a, tools_b = Tools(), Tools()
+
+    await run(repeating(tools_a, 2), loop_brake_hooks(brakes("sync-redis", redis_url)))
+    await run(repeating(tools_b, 2), loop_brake_hooks(brakes("sync-redis", redis_url)))
+
+    assert (len(tools_a.runs), len(tools_b.runs)) == (2, 2)
+
+
+# -- warn before deny, progress-aware tools, arguments kept in -------------------------------
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_warns_beside_the_whole_result_then_denies(kind: str, brakes: Any) -> None:
+    tools = Tools()
+    cli = repeating(tools)
+
+    await run(cli, loop_brake_hooks(brakes(kind, warn_at=2)))
+
+    assert len(cli.model_inputs[0]) == 1
+    result, warning = cli.model_inputs[1]
+    assert result["content"] == "results for weather" and result["is_error"] is False
+    assert "called 2 times in a row" in warning["text"] and PREFIX in warning["text"]
+    assert_refused(cli.model_inputs[2][0])
+
+
+async def test_shadow_mode_shows_no_warning(brakes: Any) -> None:
+    tools = Tools()
+    cli = repeating(tools)
+
+    await run(cli, loop_brake_hooks(brakes("sync-memory", warn_at=2, enforce=False)))
+
+    assert len(tools.runs) == 3
+    assert [len(blocks) for blocks in cli.model_inputs] == [1, 1, 1]
+
+
+POLLER = {"get_job_status": {"progress": True}}
+POLL: ToolUse = ("get_job_status", {"job": "j1"})
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: Any) -> None:
+    tools = Tools([f"{i * 20}%" for i in range(6)])
+
+    await run(repeating(tools, 6, POLL), loop_brake_hooks(brakes(kind, tools=POLLER)))
+
+    assert len(tools.runs) == 6
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(kind: str, brakes: Any) -> None:
+    tools = Tools(["running"] * 3)
+    cli = repeating(tools, 3, POLL)
+
+    await run(cli, loop_brake_hooks(brakes(kind, tools=POLLER)))
+
+    assert len(tools.runs) == 2
+    assert_refused(cli.model_inputs[2][0], "get_job_status")
+
+
+async def test_a_failed_use_is_observed_as_a_result() -> None:
+    # Result, failure, result, ...: each differs from the one before, so the streak restarts.
+    tools = Tools(["running", RuntimeError("busy")] * 3)
+    cli = repeating(tools, 6, POLL)
+
+    await run(cli, loop_brake_hooks(LoopBrake(tools=POLLER)))
+
+    assert len(tools.runs) == 6
+    assert [cli.model_inputs[t][0]["content"] for t in (1, 3, 5)] == ["Error: busy"] * 3
+
+
+SECRET = "sk-live-7f3a9c2e1b"
+
+
+@pytest.fixture
+def every_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    with caplog.at_level(logging.DEBUG):
+        yield caplog
+
+
+async def test_arguments_never_leave_the_process(
+    redis_url: str, brakes: Any, every_log: pytest.LogCaptureFixture
+) -> None:
+    tools = Tools()
+    cli = repeating(tools, 3, ("search", {"q": SECRET}))
+
+    await run(cli, loop_brake_hooks(brakes("sync-redis", redis_url, warn_at=2), on_deny="raise"))
+
+    assert SECRET not in repr(cli.model_inputs[1][1:]) and SECRET not in repr(cli.model_inputs[2])
+    assert SECRET not in "".join(cli.stop_reasons)
+    assert SECRET not in "".join(r.getMessage() for r in every_log.records if r.name.startswith("distbrake"))
+    with redis.Redis.from_url(redis_url) as client:
+        assert SECRET.encode() not in every_stored_byte(client)
