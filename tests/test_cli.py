@@ -436,6 +436,34 @@ def test_bench_prices_the_rules_against_the_same_check_with_rules_off(redis_url:
         assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
 
 
+def test_bench_prices_start_up_against_the_dependencies_own() -> None:
+    result = run("bench", "--quick", "--json", "--only", "import_time", "--only", "cli_startup")
+    report = as_json(result)
+    assert result.returncode == (0 if report["passed"] else 5), result.stderr
+    figures = {f["key"]: f for f in report["figures"]}
+    assert (figures["import_time"]["target"], figures["cli_startup"]["target"]) == ("<= 1.1x", "<= 2x")
+    for figure in figures.values():
+        assert figure["unit"] == "ms" and figure["ours"] > 0 and figure["floor"] > 0 and figure["samples"] == 5
+        assert figure["passed"] == (figure["ratio"] <= float(figure["target"][3:-1]))
+
+
+def test_help_and_version_load_no_redis_client_pydantic_or_rich() -> None:
+    code = (
+        "import sys\n"
+        "from distbrake.cli import main\n"
+        "try:\n"
+        "    main([sys.argv[1]])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('redis', 'pydantic', 'rich', 'fakeredis') if m in sys.modules), file=sys.stderr)\n"
+    )
+    for flag in ("--help", "--version"):
+        done = subprocess.run([sys.executable, "-c", code, flag], check=True, capture_output=True, text=True,
+                              timeout=60)
+        assert done.stderr.strip() == "[]", (flag, done.stderr)
+        assert "distbrake" in done.stdout
+
+
 def test_denial_error_is_a_loop_brake_error_text(redis_url: str) -> None:
     """The text `check` prints on denial is the library's own error message."""
     with DistributedBrake.from_url(redis_url, max_repeats=1) as brake, \

@@ -20,7 +20,7 @@ from rich.text import Text
 from ..errors import LoopBrakeError
 from ..settings import BrakeSettings
 from .app import App, command
-from .bench_local import Figure, Step, call_hash_1mb, inprocess_check, no_step
+from .bench_local import Figure, Step, call_hash_1mb, cli_startup, import_time, inprocess_check, no_step
 from .bench_server import (
     CONCURRENCY,
     DEFAULT_SESSIONS,
@@ -50,6 +50,8 @@ STAGES = {
     "memory_per_session": ("Redis memory per session", "bytes", "<= 240 B"),
     "inprocess_check": ("in-process LoopBrake.check", "µs", "<= 1.5x"),
     "call_hash_1mb": ("call_hash of a ~1 MB dict", "ms", "<= 0.5x"),
+    "import_time": ("import distbrake vs import redis, pydantic_settings", "ms", "<= 1.1x"),
+    "cli_startup": ("distbrake --version / --help vs import click", "ms", "<= 2x"),
     "server_cost": ("server cost: script rate vs return 1 (-P 16)", "req/s", ">= 0.25x"),
 }
 
@@ -153,6 +155,8 @@ def run_bench(
             (lambda: call_hash_1mb(repeats=3, step=step))
             if quick else (lambda: call_hash_1mb(step=step))
         ),
+        "import_time": lambda: import_time(rounds=5 if quick else 15, step=step),
+        "cli_startup": lambda: cli_startup(rounds=5 if quick else 15, step=step),
         "server_cost": lambda: server_cost(
             b, requests=20_000 if quick else 200_000, timeout_seconds=t),
     }

@@ -6,7 +6,10 @@ the same machine, so that the numbers travel between machines. Here:
 * `inprocess_check`: `LoopBrake.check` (small arguments) against
   `sha256(json.dumps(args, sort_keys=True, separators=(",", ":")))`;
 * `call_hash_1mb`: `call_hash` of a ~1 MB nested dict against stdlib
-  `json.dumps(sort_keys=True)` + sha256.
+  `json.dumps(sort_keys=True)` + sha256;
+* `import_time` and `cli_startup`: a fresh process's CPU time for `import
+  distbrake` against importing its own dependencies, and for `distbrake
+  --version`/`--help` against `import click`.
 
 Timing uses `time.perf_counter`, warm-ups, interleaved blocks of ours and the
 floor (so drift hits both alike) and medians. The figures measured on a
@@ -18,7 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -178,3 +184,45 @@ def call_hash_1mb(*, repeats: int = 11, step: Step = no_step) -> Figure:
         statistics.median(ours_t) * 1e3, statistics.median(floor_t) * 1e3,
         at_most=0.5, samples=repeats,
     )
+
+
+# -- (f) start-up ---------------------------------------------------------------------------------
+
+
+def _cpu_seconds(argv: list[str]) -> float:
+    """The CPU time (user + system) one run of `argv` took: steadier than wall time on a busy machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _startup(key: str, name: str, ours: list[list[str]], floor: list[str], at_most: float,
+             rounds: int, step: Step) -> Figure:
+    """The slowest of `ours` against `floor`, each the median CPU time of `rounds` interleaved runs."""
+    timings: list[list[float]] = [[] for _ in ours]
+    floor_t: list[float] = []
+    for index in range(rounds):
+        floor_t.append(_cpu_seconds(floor))
+        for argv, out in zip(ours, timings, strict=True):
+            out.append(_cpu_seconds(argv))
+        step(key, index + 1, rounds)
+    slowest = max(statistics.median(out) for out in timings)
+    return ratio_figure(key, name, "ms", slowest * 1e3, statistics.median(floor_t) * 1e3,
+                        at_most=at_most, samples=rounds, note="CPU time of a fresh process, median")
+
+
+def import_time(*, rounds: int = 15, step: Step = no_step) -> Figure:
+    """`python -c "import distbrake"` vs `python -c "import redis, pydantic_settings"` (its own dependencies)."""
+    python = sys.executable
+    return _startup("import_time", "import distbrake vs import redis, pydantic_settings",
+                    [[python, "-c", "import distbrake"]], [python, "-c", "import redis, pydantic_settings"],
+                    1.1, rounds, step)
+
+
+def cli_startup(*, rounds: int = 15, step: Step = no_step) -> Figure:
+    """`distbrake --version` and `--help` (the slower) vs `python -c "import click"`."""
+    python = sys.executable
+    return _startup("cli_startup", "distbrake --version / --help vs import click",
+                    [[python, "-m", "distbrake", "--version"], [python, "-m", "distbrake", "--help"]],
+                    [python, "-c", "import click"], 2.0, rounds, step)
