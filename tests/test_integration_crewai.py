@@ -427,3 +427,45 @@ def test_arguments_never_appear_in_what_the_brake_logs_or_returns(
     states = list(brake.sessions())
     assert states
     assert all(SECRET not in repr(state) for state in states)
+
+
+class ReActLLM(BaseLLM):
+    """No native function calling: CrewAI's ReAct text path, `search` `calls` times, then an answer."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__(model="scripted-react")
+        self._calls = calls
+        self._requests: list[list[dict[str, Any]]] = []
+
+    def supports_function_calling(self) -> bool:
+        return False
+
+    def get_input_tokens_count(self, messages: Any, tools: Any = None, response_model: Any = None) -> int:
+        return 1
+
+    def call(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+        self._requests.append(json.loads(json.dumps(messages, default=str)))
+        if len(self._requests) <= self._calls:
+            return 'Thought: search\nAction: search\nAction Input: {"q": "weather"}'
+        return f"Thought: done\nFinal Answer: {FINAL}"
+
+    def observations(self) -> list[str]:
+        return [m["content"].partition("\nObservation: ")[2] for m in self._requests[-1]
+                if m.get("role") == "assistant" and "\nObservation: " in m["content"]]
+
+
+def test_on_the_react_path_crewais_reuse_guard_answers_the_second_call_and_the_brake_the_third(
+    brakes: Any,
+) -> None:
+    """The before hook runs first: the guard's answer to an immediate repeat is still counted."""
+    llm = ReActLLM(3)
+    worker = Worker(ScriptedLLM())
+    worker.crew.agents[0].llm = llm
+    with install_hooks(brakes("loop")):
+        assert worker.kickoff() == FINAL
+
+    first, second, third = llm.observations()
+    assert worker.runs == ["weather"]  # the second call never reached the tool
+    assert first == "results for weather"
+    assert second.startswith("I tried reusing the same input")  # CrewAI's own guard
+    assert third.startswith('loop brake: tool "search" called 3 times in a row')

@@ -49,10 +49,12 @@ CrewAI's own loop defences, and the brake:
   (it is still the model asking the same thing again), and a denied call
   never reaches the cache;
 * the **"reused the same input" guard** of the ReAct text path (models
-  without native function calling) answers an identical repeat itself,
-  without calling the tool or its hooks, so on that path the brake sees only
-  the calls that guard lets through. The native function-calling path (the
-  default for models that support it) has no such guard.
+  without native function calling) runs after the before-tool-call hook: an
+  identical call right after the last one is counted by the brake, then
+  answered by the guard ("I tried reusing the same input...") without
+  running the tool; so on that path the second call never runs and the
+  third is the brake's. The native function-calling path (the default for
+  models that support it) has no such guard.
 
 Warnings and progress-aware tools (after-tool-call hook): when an allowed
 call's verdict carries a warning (the brake's `warn_at`; never in shadow
