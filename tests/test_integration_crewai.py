@@ -164,6 +164,17 @@ def test_on_deny_raise_ends_the_kickoff(kind: str, brakes: Any) -> None:
     assert error.session_id.startswith(f"{worker.crew.id}/run/")
 
 
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
+def test_parallel_identical_calls_in_one_turn(kind: str, brakes: Any) -> None:
+    worker = Worker(ScriptedLLM(calls("p1", "p2", "p3")))
+    with install_hooks(brakes(kind)):
+        assert worker.kickoff() == FINAL
+
+    assert len(worker.runs) == 2
+    assert len(worker.llm.refusals()) == 1
+    assert not any(text.startswith(BLOCKED) for _, text in worker.llm.results())
+
+
 def test_the_trap_any_other_exception_in_a_hook_is_swallowed_and_the_tool_runs() -> None:
     """Why the hook raises HookAborted: a plain LoopBrakeError in a before hook fails open."""
     brake = LoopBrake()
