@@ -31,7 +31,7 @@ import pytest
 from crewai import Agent, Crew, Task
 from crewai.hooks import InterceptionPoint, get_hooks, register_before_tool_call_hook
 from crewai.hooks import unregister_before_tool_call_hook as unregister_before
-from crewai.hooks.dispatch import scoped_hooks
+from crewai.hooks.dispatch import scoped_hooks, unregister
 from crewai.llms.base_llm import BaseLLM
 from crewai.tools import tool
 
@@ -196,13 +196,11 @@ def test_the_trap_any_other_exception_in_a_hook_is_swallowed_and_the_tool_runs()
 
 def test_without_the_after_hook_the_model_would_read_only_blocked_by_hook(brakes: Any) -> None:
     worker = Worker(repeating())
+    others = get_hooks(InterceptionPoint.POST_TOOL_CALL)
     hooks = install_hooks(brakes("loop"))
     try:
-        unregister_after = hooks._registered.pop(2)  # the after-tool-call hook
-        assert unregister_after[0] is InterceptionPoint.POST_TOOL_CALL
-        from crewai.hooks.dispatch import unregister
-
-        unregister(*unregister_after)
+        [after_hook] = [h for h in get_hooks(InterceptionPoint.POST_TOOL_CALL) if h not in others]
+        unregister(InterceptionPoint.POST_TOOL_CALL, after_hook)
         worker.kickoff()
     finally:
         hooks.dispose()
