@@ -18,7 +18,12 @@ shows none of them):
   shows them) must equal the ```text block that follows it;
 * `name="NAME"`: a block a transcript runs first (`console after="NAME"`);
 * `test="skip" reason="..."`: a deliberately partial block, not run. There
-  are few, and each says why.
+  are few, and each says why;
+* `env="crewai"` / `env="strands"`: a block for a framework that cannot share
+  the main environment (see `SEPARATE_ENVIRONMENTS` in conftest.py). It runs
+  in that framework's own environment, where this module runs only the
+  blocks of that environment (`.ci/run` runs them there and fails on a skip);
+  the main environment runs every other block.
 
 Transcripts (```console blocks) are made by `tests/transcripts.py`, which
 reads their commands from the README; here the same commands run in README
@@ -27,6 +32,7 @@ order against the suite's server, and each must exit as its `[exit N]` says.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -36,6 +42,7 @@ import pytest
 from pytest_examples import CodeExample, find_examples
 
 from tests import transcripts
+from tests.conftest import SEPARATE_ENVIRONMENTS
 from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +53,11 @@ MAX_PARTIAL = 2
 BLOCK_TIMEOUT = 180.0
 
 EXAMPLES = [e for e in find_examples(README) if e.prefix.split()[:1] == ["python"]]
-RUNNABLE = [e for e in EXAMPLES if e.prefix_settings().get("test") != "skip"]
+COMPLETE = [e for e in EXAMPLES if e.prefix_settings().get("test") != "skip"]
 PARTIAL = [e for e in EXAMPLES if e.prefix_settings().get("test") == "skip"]
+# This environment: the one separate framework installed here, else "main".
+HERE = next((name for name in SEPARATE_ENVIRONMENTS if importlib.util.find_spec(name) is not None), "main")
+RUNNABLE = [e for e in COMPLETE if e.prefix_settings().get("env", "main") == HERE]
 
 
 def block_id(example: CodeExample) -> str:
@@ -115,6 +125,8 @@ def test_python_block_runs_as_printed(
 def test_python_blocks_are_found_and_partial_ones_are_few_and_say_why() -> None:
     assert len(EXAMPLES) == TEXT.count("\n```python")
     assert len(RUNNABLE) >= 8
+    elsewhere = {e.prefix_settings().get("env", "main") for e in COMPLETE} - {"main"}
+    assert elsewhere == set(SEPARATE_ENVIRONMENTS), elsewhere  # each names a separate environment, and has a block
     assert len(PARTIAL) <= MAX_PARTIAL, [str(e) for e in PARTIAL]
     for example in PARTIAL:
         assert example.prefix_settings().get("reason"), f"{example}: a partial block must say why"
@@ -125,7 +137,7 @@ def test_python_blocks_pass_ruff() -> None:
 
     README examples keep one blank line between definitions (isort is told so), and may print.
     """
-    sources = {block_id(e): e.source for e in RUNNABLE}
+    sources = {block_id(e): e.source for e in COMPLETE}  # ruff needs no framework: every block, in any environment
     problems = []
     for name, source in sources.items():
         done = subprocess.run(

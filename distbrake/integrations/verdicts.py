@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["needs_observation", "warning_of"]
+__all__ = ["needs_observation", "text_with_warning", "warning_of"]
 
 
 def warning_of(verdict: Any) -> str | None:
@@ -18,3 +18,8 @@ def warning_of(verdict: Any) -> str | None:
 def needs_observation(verdict: Any) -> bool:
     """True for a progress-aware tool's verdict: its result must be handed to `brake.observe`."""
     return getattr(verdict, "observe_token", None) is not None
+
+
+def text_with_warning(text: str, warning: str) -> str:
+    """A text result, whole, then the warning as a separate paragraph."""
+    return f"{text}\n\n{warning}" if text else warning

@@ -1,0 +1,391 @@
+"""Microsoft Agent Framework integration: full `Agent.run`s with the real function-invocation loop.
+
+The model is a `BaseChatClient` with the framework's own `FunctionInvocationLayer`,
+scripted to call `search {"q": "weather"}` again and again; no network, no
+keys. Every brake kind of `ADAPTER_BRAKES` (the middleware is async).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+from agent_framework import (
+    Agent,
+    AgentSession,
+    BaseChatClient,
+    ChatResponse,
+    Content,
+    FunctionInvocationContext,
+    FunctionInvocationLayer,
+    FunctionMiddleware,
+    Message,
+    MiddlewareFailure,
+    tool,
+)
+
+from distbrake import ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
+from distbrake.integrations.agent_framework import LoopBrakeMiddleware
+from tests.backends import ADAPTER_BRAKES, REDIS_BRAKES, next_answer
+
+PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
+FINAL = "final answer: it is sunny"
+Turn = Sequence[tuple[str, str, dict[str, Any]]]  # (call id, tool, arguments) of one model turn
+
+
+def calls(*ids: str, tool_name: str = "search", **arguments: Any) -> Turn:
+    """One model turn calling `tool_name` once per id (several ids: a parallel turn)."""
+    return [(i, tool_name, arguments or {"q": "weather"}) for i in ids]
+
+
+class ScriptedClient(FunctionInvocationLayer[Any], BaseChatClient[Any]):
+    """A chat client that plays `turns`, then answers; it records every request it was sent."""
+
+    def __init__(self, *turns: Turn) -> None:
+        super().__init__()
+        self.turns = list(turns)
+        self.requests: list[list[Message]] = []
+
+    async def _inner_get_response(self, *, messages: Any, stream: bool, options: Any, **kwargs: Any) -> Any:
+        made = len(self.requests)
+        self.requests.append(list(messages))
+        if made < len(self.turns):
+            contents = [
+                Content.from_function_call(call_id=i, name=name, arguments=arguments)
+                for i, name, arguments in self.turns[made]
+            ]
+            return ChatResponse(messages=[Message(role="assistant", contents=contents)])
+        return ChatResponse(messages=[Message(role="assistant", contents=[FINAL])])
+
+    def results(self, request: int = -1) -> list[tuple[str, str]]:
+        """(call id, result text) of every function result in one request (the last by default)."""
+        return [
+            (str(c.call_id), str(c.result)) for m in self.requests[request] for c in m.contents
+            if c.type == "function_result"
+        ]
+
+    def refusals(self, request: int = -1) -> list[str]:
+        return [i for i, text in self.results(request) if text.startswith("loop brake")]
+
+
+def repeating(n: int = 3, prefix: str = "call") -> ScriptedClient:
+    return ScriptedClient(*(calls(f"{prefix}_{i}") for i in range(1, n + 1)))
+
+
+class Worker:
+    """An agent with a `search` tool counting its real runs."""
+
+    def __init__(self, client: ScriptedClient, *middleware: Any) -> None:
+        self.client = client
+        self.runs: list[str] = []
+
+        @tool
+        def search(q: str) -> str:
+            """Search the web for q."""
+            self.runs.append(q)
+            return f"results for {q}"
+
+        self.agent = Agent(client=client, tools=[search], middleware=list(middleware))
+
+    async def ask(self, session: AgentSession | None = None, text: str = "weather?") -> str:
+        return (await self.agent.run(text, session=session)).text
+
+
+def assert_refused(client: ScriptedClient, call_id: str = "call_3") -> str:
+    """The model's last request holds exactly one refusal, for `call_id`, with the brake's text."""
+    [refused] = [text for i, text in client.results() if i == call_id]
+    assert refused.startswith("loop brake: tool \"search\" called 3 times in a row"), client.results()
+    assert PREFIX in refused
+    assert client.refusals() == [call_id]
+    return refused
+
+
+# -- the whole loop ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_run_denies_third_call_and_finishes(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeMiddleware(brakes(kind)))
+
+    answer = await worker.ask(AgentSession(session_id="conv-1"))
+
+    assert worker.runs == ["weather", "weather"]
+    assert_refused(worker.client)
+    assert len(worker.client.requests) == 4  # the refusal went back to the model, which answered
+    assert answer == FINAL
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_on_deny_raise_ends_the_run_with_middleware_failure(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeMiddleware(brakes(kind), on_deny="raise"))
+
+    with pytest.raises(MiddlewareFailure) as caught:
+        await worker.ask(AgentSession(session_id="conv-raise"))
+
+    assert worker.runs == ["weather", "weather"]
+    assert len(worker.client.requests) == 3  # the model never got a third result
+    error = caught.value.__cause__
+    assert isinstance(error, LoopBrakeError)
+    assert (error.tool_name, error.count, error.max_repeats, error.hash_prefix) == ("search", 3, 3, PREFIX)
+    assert str(error) in str(caught.value)
+
+
+class RaisingBrake(FunctionMiddleware):
+    """What the adapter does not do: raise the brake's error from the middleware."""
+
+    def __init__(self, brake: LoopBrake) -> None:
+        self.brake = brake
+
+    async def process(self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        self.brake.check(context.function.name, dict(context.arguments), session_id="s")
+        await call_next()
+
+
+async def test_the_trap_a_raised_denial_shows_the_model_only_function_failed(brakes: Any) -> None:
+    """Why the adapter sets `context.result`: the loop hides a raised error's text from the model."""
+    raising = Worker(repeating(), RaisingBrake(LoopBrake()))
+    assert await raising.ask() == FINAL
+    assert raising.runs == ["weather", "weather"]
+    [(_, hidden)] = [r for r in raising.client.results() if r[0] == "call_3"]
+    assert hidden == "Error: Function failed."  # the model never learns why
+
+    adapter = Worker(repeating(), LoopBrakeMiddleware(brakes("loop")))
+    assert await adapter.ask() == FINAL
+    assert_refused(adapter.client)
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_parallel_identical_calls_in_one_turn(kind: str, brakes: Any) -> None:
+    worker = Worker(ScriptedClient(calls("p1", "p2", "p3")), LoopBrakeMiddleware(brakes(kind)))
+
+    assert await worker.ask(AgentSession(session_id="conv-parallel")) == FINAL
+
+    assert len(worker.runs) == 2
+    assert len(worker.client.refusals()) == 1
+
+
+async def test_call_ids_repeated_every_turn_still_count(brakes: Any) -> None:
+    worker = Worker(ScriptedClient(*(calls("search:0") for _ in range(3))), LoopBrakeMiddleware(brakes("loop")))
+
+    assert await worker.ask() == FINAL
+
+    assert worker.runs == ["weather", "weather"]
+    assert worker.client.refusals() == ["search:0"]
+
+
+async def test_a_different_call_breaks_the_streak(brakes: Any) -> None:
+    client = ScriptedClient(calls("c1"), calls("c2"), calls("c3", q="news"), calls("c4"), calls("c5"))
+    worker = Worker(client, LoopBrakeMiddleware(brakes("loop")))
+
+    assert await worker.ask() == FINAL
+
+    assert worker.runs == ["weather", "weather", "news", "weather", "weather"]
+    assert client.refusals() == []
+
+
+# -- session scope ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("scope", "expected"), [("run", []), ("conversation", ["turn3_1"])])
+async def test_one_search_per_user_turn(scope: str, expected: list[str], brakes: Any) -> None:
+    """One conversation, three user turns, one identical `search` each: a loop only by conversation."""
+    middleware = LoopBrakeMiddleware(brakes("sync-memory"), scope=scope)  # type: ignore[arg-type]
+    session = AgentSession(session_id="ticket-4711")
+    refused: list[str] = []
+    for turn, day in enumerate(("monday", "tuesday", "wednesday"), 1):
+        worker = Worker(ScriptedClient(calls(f"turn{turn}_1")), middleware)
+        assert await worker.ask(session, f"weather on {day}?") == FINAL
+        refused += worker.client.refusals()
+        assert worker.runs == ([] if worker.client.refusals() else ["weather"])
+    assert refused == expected
+
+
+async def test_session_id_callable_gets_the_invocation_context(brakes: Any) -> None:
+    seen: list[FunctionInvocationContext] = []
+
+    def name(context: FunctionInvocationContext) -> str:
+        seen.append(context)
+        return "tenant-7"
+
+    brake = brakes("loop")
+    worker = Worker(repeating(2), LoopBrakeMiddleware(brake, session_id=name))
+    await worker.ask()
+
+    assert len(seen) == 2
+    assert seen[0].function.name == "search"
+    state = brake.inspect("tenant-7")
+    assert state is not None
+    assert state.count == 2
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match="on_deny"):
+        LoopBrakeMiddleware(LoopBrake(), on_deny="retry")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="scope"):
+        LoopBrakeMiddleware(LoopBrake(), scope="thread")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="session_id"):
+        LoopBrakeMiddleware(LoopBrake(), session_id="fixed")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="check"):
+        LoopBrakeMiddleware(object())  # type: ignore[arg-type]
+
+
+def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "distbrake.integrations.agent_framework")
+    monkeypatch.setitem(sys.modules, "agent_framework", None)
+
+    with pytest.raises(ImportError, match=r'pip install "distbrake\[agent-framework\]"'):
+        importlib.import_module("distbrake.integrations.agent_framework")
+
+
+# -- two workers sharing one real Redis -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", REDIS_BRAKES)
+async def test_two_workers_share_a_conversation_streak_through_redis(kind: str, brakes: Any) -> None:
+    worker_a = Worker(repeating(2, "a"), LoopBrakeMiddleware(brakes(kind), scope="conversation"))
+    worker_b = Worker(repeating(1, "b"), LoopBrakeMiddleware(brakes(kind), scope="conversation"))
+
+    await worker_a.ask(AgentSession(session_id="shared"))
+    assert await worker_b.ask(AgentSession(session_id="shared")) == FINAL
+
+    assert worker_a.runs == ["weather", "weather"]
+    assert worker_b.runs == []  # worker B's identical call is the 3rd of the conversation
+    assert worker_b.client.refusals() == ["b_1"]
+
+
+# -- warn before deny, progress-aware tools, arguments ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_warns_then_denies(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeMiddleware(brakes(kind, warn_at=2)))
+
+    await worker.ask()
+
+    client = worker.client
+    assert client.results(1) == [("call_1", "results for weather")]
+    [(call_id, warned)] = client.results(2)[1:]
+    assert call_id == "call_2"
+    assert warned.startswith("results for weather")  # the tool's whole result, then the warning
+    assert "called 2 times in a row" in warned
+    assert "the next identical call will be denied" in warned
+    assert_refused(client)
+
+
+async def test_shadow_mode_shows_no_warning_and_denies_nothing(brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeMiddleware(brakes("sync-memory", warn_at=2, enforce=False)))
+
+    await worker.ask()
+
+    assert len(worker.runs) == 3
+    assert [text for _, text in worker.client.results()] == ["results for weather"] * 3
+
+
+POLLER = {"get_job_status": {"progress": True}}
+
+
+class Poller:
+    """An agent polling a progress-aware `get_job_status` that returns (or raises) its answers."""
+
+    def __init__(self, brake: Any, answers: list[Any], polls: int) -> None:
+        answers_left = iter(answers)
+        self.runs = 0
+        self.client = ScriptedClient(*(
+            calls(f"poll_{i}", tool_name="get_job_status", job="j1") for i in range(1, polls + 1)
+        ))
+
+        @tool
+        def get_job_status(job: str) -> str:
+            """The status of a job."""
+            self.runs += 1
+            return str(next_answer(answers_left))
+
+        self.agent = Agent(client=self.client, tools=[get_job_status], middleware=[LoopBrakeMiddleware(brake)])
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: Any) -> None:
+    poller = Poller(brakes(kind, tools=POLLER), [f"{i * 20}% done" for i in range(6)], 6)
+
+    await poller.agent.run("status?")
+
+    assert poller.runs == 6
+    assert poller.client.refusals() == []
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(kind: str, brakes: Any) -> None:
+    poller = Poller(brakes(kind, tools=POLLER), ["running"] * 6, 3)
+
+    await poller.agent.run("status?")
+
+    assert poller.runs == 2
+    assert poller.client.refusals() == ["poll_3"]
+
+
+async def test_a_raised_error_is_observed_as_a_result(brakes: Any) -> None:
+    poller = Poller(brakes("sync-memory", tools=POLLER), ["running", RuntimeError("busy")] * 3, 6)
+
+    await poller.agent.run("status?")
+
+    assert poller.runs == 6  # result, failure, result, ...: each differs from the one before
+    assert poller.client.refusals() == []
+
+
+SECRET = "sk-live-SECRET-af-7f3a"
+
+
+@pytest.mark.parametrize("on_deny", ["message", "raise"])
+async def test_arguments_never_appear_in_what_the_brake_logs_or_returns(
+    on_deny: str, brakes: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    brake = brakes("sync-memory")
+    worker = Worker(
+        ScriptedClient(*(calls(f"s{i}", q=SECRET) for i in (1, 2, 3))),
+        LoopBrakeMiddleware(brake, on_deny=on_deny),  # type: ignore[arg-type]
+    )
+    caplog.set_level(logging.DEBUG)
+
+    shown: list[str] = []
+    try:
+        await worker.ask(AgentSession(session_id="conv-secret"))
+        [refusal] = [text for i, text in worker.client.results() if i == "s3"]
+        shown.append(refusal)
+    except MiddlewareFailure as failure:
+        shown += [str(failure), repr(failure.__cause__)]
+
+    assert "loop brake" in shown[0]
+    assert worker.runs == [SECRET, SECRET]
+    denial_logs = [r.getMessage() for r in caplog.records if r.name.startswith("distbrake")]
+    assert denial_logs
+    for text in [*shown, *denial_logs]:
+        assert SECRET not in text
+    states = list(brake.sessions())
+    assert states
+    assert all(SECRET not in repr(state) for state in states)
+
+
+# -- a call checked by two layers is counted once ----------------------------------------------------
+
+
+@pytest.mark.parametrize("layers", ["one-brake", "two-brakes-one-redis"])
+async def test_two_middlewares_count_a_call_once(layers: str, redis_url: str, brakes: Any) -> None:
+    first = brakes("sync-redis", redis_url, warn_at=2)
+    second = first if layers == "one-brake" else brakes("sync-redis", redis_url, warn_at=2)
+    worker = Worker(repeating(), LoopBrakeMiddleware(first, session_id=lambda _: "twice"),
+                    LoopBrakeMiddleware(second, session_id=lambda _: "twice"))
+
+    assert await worker.ask() == FINAL
+
+    assert worker.runs == ["weather", "weather"]  # not halved: each call counted once
+    assert_refused(worker.client)
+    state = first.inspect("twice")
+    assert state is not None
+    assert state.count == 3
+    [(_, warned)] = worker.client.results(2)[1:]
+    warnings = 1 if layers == "one-brake" else 2  # one per brake object: each counted the call once
+    assert warned.count("the next identical call will be denied") == warnings

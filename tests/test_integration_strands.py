@@ -1,0 +1,356 @@
+"""Strands Agents integration: full agent invocations with the real event loop and tool executor.
+
+The model is a `strands.models.Model` subclass scripted to call
+`search {"q": "weather"}` again and again; no network, no keys. Runs in its
+own environment (`pip install -e ".[strands,test]"`: strands pins an mcp the
+mcp extra cannot share); `.ci/run` runs it there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from strands import Agent, tool
+from strands.hooks import BeforeToolCallEvent
+from strands.models import Model
+from strands.types.exceptions import EventLoopException
+
+from distbrake import ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
+from distbrake.integrations.strands import RUN_ID_KEY, LoopBrakeHook
+from tests.backends import ADAPTER_BRAKES, REDIS_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
+
+PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
+FINAL = "final answer: it is sunny"
+Turn = Sequence[tuple[str, str, dict[str, Any]]]  # (toolUseId, tool, input) of one model turn
+
+
+def calls(*ids: str, tool_name: str = "search", **arguments: Any) -> Turn:
+    return [(i, tool_name, arguments or {"q": "weather"}) for i in ids]
+
+
+class ScriptedModel(Model):
+    """Plays `turns` (tool uses; each request takes the next), then answers; records every request."""
+
+    def __init__(self, *turns: Turn) -> None:
+        self.turns = list(turns)
+        self.requests: list[list[dict[str, Any]]] = []
+
+    def update_config(self, **model_config: Any) -> None:
+        pass
+
+    def get_config(self) -> Any:
+        return {}
+
+    def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def stream(self, messages: Any, tool_specs: Any = None, system_prompt: Any = None,
+                     **kwargs: Any) -> AsyncIterator[Any]:
+        self.requests.append(json.loads(json.dumps(messages, default=str)))
+        yield {"messageStart": {"role": "assistant"}}
+        if self.turns:
+            for tool_use_id, name, arguments in self.turns.pop(0):
+                yield {"contentBlockStart": {"start": {"toolUse": {"toolUseId": tool_use_id, "name": name}}}}
+                yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(arguments)}}}}
+                yield {"contentBlockStop": {}}
+            yield {"messageStop": {"stopReason": "tool_use"}}
+            return
+        yield {"contentBlockDelta": {"delta": {"text": FINAL}}}
+        yield {"contentBlockStop": {}}
+        yield {"messageStop": {"stopReason": "end_turn"}}
+
+    def results(self, request: int = -1) -> list[dict[str, Any]]:
+        """Every tool result in one request's last message (the last request by default)."""
+        last = self.requests[request][-1]
+        return [block["toolResult"] for block in last["content"] if "toolResult" in block]
+
+    def texts(self, request: int = -1) -> list[tuple[str, str, list[str]]]:
+        return [
+            (r["toolUseId"], r["status"], [c["text"] for c in r["content"]]) for r in self.results(request)
+        ]
+
+    def refusals(self) -> list[str]:
+        return [
+            r["toolUseId"] for request in range(1, len(self.requests)) for r in self.results(request)
+            if r["status"] == "error" and r["content"][0]["text"].startswith("loop brake")
+        ]
+
+
+def repeating(n: int = 3, prefix: str = "call") -> ScriptedModel:
+    return ScriptedModel(*(calls(f"{prefix}_{i}") for i in range(1, n + 1)))
+
+
+class Worker:
+    """An agent with a `search` tool counting its real runs."""
+
+    def __init__(self, model: ScriptedModel, *hooks: LoopBrakeHook, agent_id: str = "default") -> None:
+        self.model = model
+        self.runs: list[str] = []
+
+        @tool
+        def search(q: str) -> str:
+            """Search the web for q."""
+            self.runs.append(q)
+            return f"results for {q}"
+
+        self.agent = Agent(model=model, tools=[search], hooks=list(hooks), agent_id=agent_id,
+                           callback_handler=None)
+
+
+def assert_refused(model: ScriptedModel, call_id: str = "call_3") -> str:
+    """The model's next request held the refusal of `call_id`, an error result with the brake's text."""
+    assert model.refusals() == [call_id]
+    [(_, status, [text])] = [t for t in model.texts(-1) if t[0] == call_id]
+    assert status == "error"
+    assert text.startswith('loop brake: tool "search" called 3 times in a row')
+    assert PREFIX in text
+    return text
+
+
+# -- the whole loop ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
+def test_agent_call_denies_third_call_and_finishes(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeHook(brakes(kind)))
+
+    result = worker.agent("weather?")
+
+    assert worker.runs == ["weather", "weather"]
+    assert_refused(worker.model)
+    assert len(worker.model.requests) == 4
+    assert str(result).strip() == FINAL
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_invoke_async_denies_third_call_and_finishes(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeHook(brakes(kind)))
+
+    result = await worker.agent.invoke_async("weather?")
+
+    assert worker.runs == ["weather", "weather"]
+    assert_refused(worker.model)
+    assert str(result).strip() == FINAL
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_on_deny_raise_ends_the_invocation(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeHook(brakes(kind), on_deny="raise"))
+
+    with pytest.raises(EventLoopException) as caught:
+        await worker.agent.invoke_async("weather?", invocation_state={"session_id": "conv-raise"})
+
+    assert worker.runs == ["weather", "weather"]
+    assert len(worker.model.requests) == 3
+    error = caught.value.__cause__
+    assert isinstance(error, LoopBrakeError)
+    assert (error.tool_name, error.count, error.max_repeats, error.hash_prefix) == ("search", 3, 3, PREFIX)
+    assert error.session_id.startswith("conv-raise/run/")
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_parallel_identical_calls_in_one_turn(kind: str, brakes: Any) -> None:
+    worker = Worker(ScriptedModel(calls("p1", "p2", "p3")), LoopBrakeHook(brakes(kind)))
+
+    await worker.agent.invoke_async("weather?")
+
+    assert len(worker.runs) == 2
+    assert len(worker.model.refusals()) == 1
+
+
+def test_tool_use_ids_repeated_every_turn_still_count(brakes: Any) -> None:
+    worker = Worker(ScriptedModel(*(calls("search:0") for _ in range(3))), LoopBrakeHook(brakes("loop")))
+
+    worker.agent("weather?")
+
+    assert worker.runs == ["weather", "weather"]
+    assert worker.model.refusals() == ["search:0"]
+
+
+# -- session scope ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("scope", "expected"), [("run", []), ("conversation", ["turn3_1"])])
+def test_one_search_per_user_turn(scope: str, expected: list[str], brakes: Any) -> None:
+    """One conversation, three user turns, one identical `search` each: a loop only by conversation."""
+    worker = Worker(ScriptedModel(), LoopBrakeHook(brakes("sync-memory"), scope=scope))  # type: ignore[arg-type]
+    for turn, day in enumerate(("monday", "tuesday", "wednesday"), 1):
+        worker.model.turns.append(calls(f"turn{turn}_1"))  # one search, then the answer
+        worker.agent(f"weather on {day}?", invocation_state={"session_id": "ticket-4711"})
+    assert worker.model.refusals() == expected
+    assert len(worker.runs) == 3 - len(expected)
+
+
+def test_the_session_is_the_agent_id_without_one_in_the_invocation_state(brakes: Any) -> None:
+    brake = brakes("loop")
+    Worker(repeating(2), LoopBrakeHook(brake, scope="conversation"), agent_id="researcher").agent("weather?")
+
+    state = brake.inspect("researcher")
+    assert state is not None
+    assert state.count == 2
+
+
+def test_session_id_callable_gets_the_event(brakes: Any) -> None:
+    seen: list[BeforeToolCallEvent] = []
+
+    def name(event: BeforeToolCallEvent) -> str:
+        seen.append(event)
+        return "tenant-7"
+
+    brake = brakes("loop")
+    Worker(repeating(2), LoopBrakeHook(brake, session_id=name)).agent("weather?")
+
+    assert [e.tool_use["toolUseId"] for e in seen] == ["call_1", "call_2"]
+    assert isinstance(seen[0].invocation_state[RUN_ID_KEY], str)
+    state = brake.inspect("tenant-7")
+    assert state is not None
+    assert state.count == 2
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match="on_deny"):
+        LoopBrakeHook(LoopBrake(), on_deny="retry")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="scope"):
+        LoopBrakeHook(LoopBrake(), scope="thread")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="check"):
+        LoopBrakeHook(object())  # type: ignore[arg-type]
+
+
+def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "distbrake.integrations.strands")
+    monkeypatch.setitem(sys.modules, "strands.hooks", None)
+
+    with pytest.raises(ImportError, match=r'pip install "distbrake\[strands\]"'):
+        importlib.import_module("distbrake.integrations.strands")
+
+
+# -- two workers sharing one real Redis -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", REDIS_BRAKES)
+async def test_two_workers_share_a_conversation_streak_through_redis(kind: str, brakes: Any) -> None:
+    worker_a = Worker(repeating(2, "a"), LoopBrakeHook(brakes(kind), scope="conversation"))
+    worker_b = Worker(repeating(1, "b"), LoopBrakeHook(brakes(kind), scope="conversation"))
+    state = {"session_id": "shared"}
+
+    await worker_a.agent.invoke_async("weather?", invocation_state=dict(state))
+    await worker_b.agent.invoke_async("weather?", invocation_state=dict(state))
+
+    assert worker_a.runs == ["weather", "weather"]
+    assert worker_b.runs == []
+    assert worker_b.model.refusals() == ["b_1"]
+
+
+# -- warn before deny, progress-aware tools, arguments ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_warns_then_denies(kind: str, brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeHook(brakes(kind, warn_at=2)))
+
+    await worker.agent.invoke_async("weather?")
+
+    model = worker.model
+    assert model.texts(1) == [("call_1", "success", ["results for weather"])]
+    [(call_id, status, [result, warning])] = model.texts(2)
+    assert (call_id, status, result) == ("call_2", "success", "results for weather")  # kept whole
+    assert "called 2 times in a row" in warning
+    assert "the next identical call will be denied" in warning
+    assert_refused(model)
+
+
+def test_shadow_mode_shows_no_warning_and_denies_nothing(brakes: Any) -> None:
+    worker = Worker(repeating(), LoopBrakeHook(brakes("sync-memory", warn_at=2, enforce=False)))
+
+    worker.agent("weather?")
+
+    assert len(worker.runs) == 3
+    assert all(model_text[2] == ["results for weather"] for model_text in worker.model.texts(3))
+    assert worker.model.refusals() == []
+
+
+POLLER = {"get_job_status": {"progress": True}}
+
+
+class Poller:
+    def __init__(self, brake: Any, answers: list[Any], polls: int) -> None:
+        answers_left = iter(answers)
+        self.runs = 0
+        self.model = ScriptedModel(*(
+            calls(f"poll_{i}", tool_name="get_job_status", job="j1") for i in range(1, polls + 1)
+        ))
+
+        @tool
+        def get_job_status(job: str) -> str:
+            """The status of a job."""
+            self.runs += 1
+            return str(next_answer(answers_left))
+
+        self.agent = Agent(model=self.model, tools=[get_job_status], hooks=[LoopBrakeHook(brake)],
+                           callback_handler=None)
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: Any) -> None:
+    poller = Poller(brakes(kind, tools=POLLER), [f"{i * 20}% done" for i in range(6)], 6)
+
+    await poller.agent.invoke_async("status?")
+
+    assert poller.runs == 6
+    assert poller.model.refusals() == []
+
+
+@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
+async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(kind: str, brakes: Any) -> None:
+    poller = Poller(brakes(kind, tools=POLLER), ["running"] * 6, 3)
+
+    await poller.agent.invoke_async("status?")
+
+    assert poller.runs == 2
+    assert poller.model.refusals() == ["poll_3"]
+
+
+async def test_a_raised_error_is_observed_as_a_result(brakes: Any) -> None:
+    poller = Poller(brakes("sync-memory", tools=POLLER), ["running", RuntimeError("busy")] * 3, 6)
+
+    await poller.agent.invoke_async("status?")
+
+    assert poller.runs == 6
+    assert poller.model.refusals() == []
+
+
+SECRET = "sk-live-SECRET-strands-7f3a"
+
+
+@pytest.mark.parametrize("on_deny", ["message", "raise"])
+def test_arguments_never_appear_in_what_the_brake_logs_or_returns(
+    on_deny: str, brakes: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    brake = brakes("sync-memory")
+    worker = Worker(ScriptedModel(*(calls(f"s{i}", q=SECRET) for i in (1, 2, 3))),
+                    LoopBrakeHook(brake, on_deny=on_deny))  # type: ignore[arg-type]
+    caplog.set_level(logging.DEBUG)
+
+    shown: list[str] = []
+    try:
+        worker.agent("weather?")
+        [(_, _, [refusal])] = [t for t in worker.model.texts(-1) if t[0] == "s3"]
+        shown.append(refusal)
+    except EventLoopException as failure:
+        shown += [str(failure), repr(failure.__cause__)]
+
+    assert "loop brake" in shown[0]
+    assert worker.runs == [SECRET, SECRET]
+    denial_logs = [r.getMessage() for r in caplog.records if r.name.startswith("distbrake")]
+    assert denial_logs
+    for text in [*shown, *denial_logs]:
+        assert SECRET not in text
+    states = list(brake.sessions())
+    assert states
+    assert all(SECRET not in repr(state) for state in states)
