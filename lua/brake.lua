@@ -101,28 +101,33 @@ else
   record = rcall('HGET', key, 'h')
 end
 
+-- The tools part of c (length byte and name each) as a list of names.
+local function name_list(names)
+  local list, at = {}, 1
+  while at <= #names do
+    local size = string.byte(names, at)
+    list[#list + 1] = string.sub(names, at + 1, at + size)
+    at = at + 1 + size
+  end
+  return list
+end
+
 -- The cycle answer for a call whose cycle of `period` calls ends at ring entry `last` of `entries`.
-local function cycle_reply(code, period, entries, names, last)
-  local shown = {}
+local function cycle_reply(code, period, entries, tools, last)
+  local names, shown = name_list(tools), {}
   for i = #names - (#entries / 6 - last) - period + 1, #names - (#entries / 6 - last) do
     shown[#shown + 1] = string.char(#names[i]) .. names[i]
   end
   return {code, period, string.sub(entries, (last - period) * 6 + 1, last * 6), table.concat(shown)}
 end
 
--- The ring of c as (periods, entries, names).
+-- The ring of c as (periods, entries, tools part).
 local function parse_ring()
   if not ring or #ring < 3 then
-    return 0, '', {}
+    return '\0\0', '', ''
   end
   local n = string.byte(ring, 3)
-  local names, at = {}, 4 + n * 6
-  while at <= #ring do
-    local size = string.byte(ring, at)
-    names[#names + 1] = string.sub(ring, at + 1, at + size)
-    at = at + 1 + size
-  end
-  return string.sub(ring, 1, 2), string.sub(ring, 4, 3 + n * 6), names
+  return string.sub(ring, 1, 2), string.sub(ring, 4, 3 + n * 6), string.sub(ring, 4 + n * 6)
 end
 local n = 0
 local before = '\0\0\0\0\0'
@@ -146,12 +151,12 @@ if record and string.sub(record, 1, 16) == string.sub(call, 1, 16) then
           code = count * 4 + 3
         end
         if cycles then
-          local periods, entries, names = parse_ring()
+          local periods, entries, tools = parse_ring()
           local previous = count ~= stored and 1 or 0
-          local period = periods ~= 0 and string.byte(periods, 1 + previous) or 0
+          local period = string.byte(periods, 1 + previous)
           local last = #entries / 6 - previous
-          if period > 0 and last >= period and #names >= period + previous then
-            return cycle_reply(code, period, entries, names, last)
+          if period > 0 and last >= period and #name_list(tools) >= period + previous then
+            return cycle_reply(code, period, entries, tools, last)
           end
         end
         return code
@@ -166,34 +171,41 @@ if k > 1 then
   before = string.sub(call, size - 9, size - 5)
 end
 local fields = string.sub(call, 1, 16) .. last .. before .. string.sub(call, 17, 21) .. count
-if n == 0 and record and string.byte(ARGV[6], -1) == 112 then
-  -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
-  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'r', '')
-elseif n == 0 then
-  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4])
-else
-  rcall('HSET', key, 'h', fields, 'j', ARGV[6])
-end
-rcall('PEXPIRE', key, ARGV[3])
 local code = count * 4
 if count >= limit then
   code = count * 4 + 2
 end
+local renew = n == 0 and record and string.byte(ARGV[6], -1) == 112
 if not cycles then
+  if renew then
+    -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
+    rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'r', '')
+  elseif n == 0 then
+    rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4])
+  else
+    rcall('HSET', key, 'h', fields, 'j', ARGV[6])
+  end
+  rcall('PEXPIRE', key, ARGV[3])
   return code
 end
-local periods, entries, names = parse_ring()
+
+-- Cycles on: the ring step, written with the record in one HSET.
+local periods, entries, tools = parse_ring()
 local longest, repeats = tonumber(ARGV[7]), tonumber(ARGV[8])
-local tool = string.sub(ARGV[4], 2, 1 + string.byte(ARGV[4], 1) % 128)
+local size_byte = string.byte(ARGV[4], 1) % 128
 entries = entries .. string.rep(string.sub(call, 1, 6), k)
 if #entries > longest * repeats * 6 then
   entries = string.sub(entries, -longest * repeats * 6)
 end
-for _ = 1, k do
-  names[#names + 1] = tool
+tools = tools .. string.rep(string.char(size_byte) .. string.sub(ARGV[4], 2, 1 + size_byte), k)
+local kept, at = 0, 1
+while at <= #tools do
+  kept = kept + 1
+  at = at + 1 + string.byte(tools, at)
 end
-while #names > longest + 1 do
-  table.remove(names, 1)
+while kept > longest + 1 do
+  tools = string.sub(tools, 2 + string.byte(tools, 1))
+  kept = kept - 1
 end
 local period = 0
 for p = 2, longest do
@@ -208,13 +220,16 @@ for p = 2, longest do
     break
   end
 end
-local kept = {}
-for i = 1, #names do
-  kept[i] = string.char(#names[i]) .. names[i]
+local c = string.char(period, string.byte(periods, 1), #entries / 6) .. entries .. tools
+if renew then
+  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'r', '', 'c', c)
+elseif n == 0 then
+  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'c', c)
+else
+  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 'c', c)
 end
-local last_period = periods ~= 0 and string.byte(periods, 1) or 0
-rcall('HSET', key, 'c', string.char(period, last_period, #entries / 6) .. entries .. table.concat(kept))
+rcall('PEXPIRE', key, ARGV[3])
 if period > 0 then
-  return cycle_reply(code, period, entries, names, #entries / 6)
+  return cycle_reply(code, period, entries, tools, #entries / 6)
 end
 return code

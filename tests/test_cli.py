@@ -424,11 +424,12 @@ def test_bench_memory_figure_on_real_redis_and_skipped_on_memory(redis_url: str)
 
 def test_bench_prices_the_rules_against_the_same_check_with_rules_off(redis_url: str) -> None:
     result = run("--url", redis_url, "bench", "--quick", "--json",
-                 "--only", "rules_warn_shadow", "--only", "rules_cycles")
+                 "--only", "rules_warn_shadow", "--only", "rules_cycles", "--only", "rules_progress")
     report = as_json(result)
     assert result.returncode == (0 if report["passed"] else 5), result.stderr
     figures = {f["key"]: f for f in report["figures"]}
-    assert (figures["rules_warn_shadow"]["target"], figures["rules_cycles"]["target"]) == ("<= 1.1x", "<= 1.2x")
+    assert [figures[key]["target"] for key in ("rules_warn_shadow", "rules_cycles", "rules_progress")] == [
+        "<= 1.1x", "<= 1.2x", "<= 2.2x"]
     for figure in figures.values():
         assert figure["ours"] > 0 and figure["floor"] > 0 and figure["samples"] == 600
         assert figure["passed"] == (figure["ratio"] <= float(figure["target"][3:-1]))
