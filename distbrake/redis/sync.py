@@ -106,6 +106,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
             try:
                 return self.client.evalsha(script_sha(), 1, key, *argv)
             except redis.exceptions.NoScriptError:
+                self.recorder.script_load()
                 self.client.script_load(script_source())
                 return self.client.evalsha(script_sha(), 1, key, *argv)
 
@@ -148,6 +149,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
                     try:
                         return connection.read_response()
                     except redis.exceptions.NoScriptError:
+                        self.recorder.script_load()
                         connection.send_packed_command([resp_script_load()])
                         connection.read_response()
                         connection.send_packed_command([packed])
