@@ -30,10 +30,10 @@ class Observers:
         self.health = health
 
 
-def _otel_installed() -> bool:
+def _installed(module: str) -> bool:
     try:
-        return importlib.util.find_spec("opentelemetry.metrics") is not None
-    except (ImportError, ValueError):
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing (or refused)
         return False
 
 
@@ -44,7 +44,7 @@ def _otel(options: ObserveOptions) -> Recorder | None:
         if provider is not None:
             raise ConfigurationError("invalid meter_provider: given with otel=False")
         return None
-    if not _otel_installed():
+    if not _installed("opentelemetry.metrics"):
         if wanted or provider is not None:
             raise ConfigurationError(
                 "OpenTelemetry is not installed: pip install 'distbrake[otel]' (or leave otel and meter_provider unset)"
@@ -72,7 +72,7 @@ def _prometheus(options: ObserveOptions) -> Recorder | None:
     registry = options.get("prometheus_registry")
     if registry is None:
         return None
-    if importlib.util.find_spec("prometheus_client") is None:
+    if not _installed("prometheus_client"):
         raise ConfigurationError("prometheus-client is not installed: pip install 'distbrake[prometheus]'")
     from prometheus_client import CollectorRegistry
 
