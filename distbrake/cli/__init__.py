@@ -2,7 +2,7 @@
 
     distbrake [--url URL] [--timeout S] [--key-prefix P] [--max-repeats N] [--json] COMMAND ...
 
-Commands: inspect, list, clear, hash, check, doctor, bench, demo. The global
+Commands: inspect, list, clear, hash, check, doctor, bench, demo, stats, top. The global
 options may also follow the command name (`distbrake list --url ... --json`);
 given on both sides, the one after the command wins.
 
@@ -39,6 +39,7 @@ from .bench import bench_command
 from .calls import check_command, hash_command
 from .demo import demo_command
 from .doctor import doctor_command
+from .fleet import stats_command, top_command
 from .output import EXIT_CODES, EXIT_OK, EXIT_USAGE, CliError, as_cli_error, one_line, report_error
 from .sessions import clear_command, inspect_command, list_command
 
@@ -70,7 +71,7 @@ def cli(
 
 
 for _command in (inspect_command, list_command, clear_command, hash_command, check_command,
-                 doctor_command, bench_command, demo_command):
+                 doctor_command, bench_command, demo_command, stats_command, top_command):
     cli.add_command(_command)
 
 

@@ -122,7 +122,7 @@ class App:
     @contextlib.contextmanager
     def open(self, on_backend_error: FailurePolicy | None = None) -> Iterator[DistributedBrake]:
         """A brake on the run's backend (see `settings`), closed afterwards."""
-        brake = DistributedBrake.from_url(settings=self.settings(on_backend_error))
+        brake = DistributedBrake.from_url(settings=self.settings(on_backend_error), otel=False)
         try:
             yield brake
         finally:
