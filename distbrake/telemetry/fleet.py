@@ -3,8 +3,8 @@
 Written only when a check is denied or warned, in the background (a sync
 brake's writer thread, an async brake's task): never blocking or failing the
 check. One hash per minute, `<prefix>:fleet:<unix minute>`, field
-`d:<tool>` (denied) or `w:<tool>` (warned), each write an HINCRBY plus an
-EXPIRE of that one key (Cluster-safe: never a multi-key command), kept
+`d:<tool>` (denied) or `w:<tool>` (warned), each write an HINCRBY plus a
+PEXPIRE of that one key (Cluster-safe: never a multi-key command), kept
 `RETENTION_MINUTES`. No session id, argument or hash is ever written. Read by
 `distbrake stats` and `distbrake top` (`read_minutes`).
 """
@@ -49,7 +49,7 @@ def _queue_writes(pipe: Any, prefix: str, tally: _Tally) -> Any:
         pipe.hincrby(key, field, count)
         keys.add(key)
     for key in keys:
-        pipe.expire(key, RETENTION_MINUTES * 60)
+        pipe.pexpire(key, RETENTION_MINUTES * 60_000)
     return pipe
 
 
