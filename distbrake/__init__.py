@@ -39,6 +39,7 @@ from .settings import (
     normalize_max_repeats,
     resolve_max_repeats,
 )
+from .telemetry.health import BrakeHealth
 from .wrap import decorate_tool, wrap_execute
 
 logging.getLogger("distbrake").addHandler(logging.NullHandler())
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_URL",
     "AsyncDistributedBrake",
     "BrakeHandle",
+    "BrakeHealth",
     "BrakeOptions",
     "BrakeSettings",
     "BrakeUnavailableError",

@@ -24,7 +24,7 @@ from ..redis.aio import AsyncDistributedBrake
 from ..redis.sync import DistributedBrake
 from ..settings import BrakeSettings
 from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
-from .bench_server import CONCURRENCY, _memory_note
+from .bench_server import CONCURRENCY
 
 SYNC_NAME = "sync check, OTel on vs off (median)"
 ASYNC_NAME = f"async check, {CONCURRENCY} tasks, OTel on vs off"
@@ -42,6 +42,12 @@ def _sdk() -> Any:
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     return MeterProvider, InMemoryMetricReader
+
+
+def _note(backend: BrakeSettings) -> str:
+    if backend.parsed_url.kind == "memory":
+        return "memory:// is the embedded fakeredis (no network); the target is meant for a real Redis"
+    return ""
 
 
 def _skipped(key: str, name: str, unit: str) -> Figure:
@@ -99,7 +105,7 @@ def otel_sync_check(
         on.close()
         provider.shutdown()
     return ratio_figure(key, SYNC_NAME, unit, statistics.median(on_t) * 1e6, statistics.median(off_t) * 1e6,
-                        at_most=TARGET, note=_memory_note(backend), samples=len(on_t))
+                        at_most=TARGET, note=_note(backend), samples=len(on_t))
 
 
 async def _async_rounds(
@@ -151,5 +157,5 @@ def otel_async_check(
     on, off = asyncio.run(_async_rounds(
         backend, per_task=per_task, rounds=rounds, timeout_seconds=timeout_seconds, step=step,
         meter_provider=sdk[0], reader_class=sdk[1]))
-    return ratio_figure(key, ASYNC_NAME, unit, on * 1e6, off * 1e6, at_most=TARGET, note=_memory_note(backend),
+    return ratio_figure(key, ASYNC_NAME, unit, on * 1e6, off * 1e6, at_most=TARGET, note=_note(backend),
                         samples=rounds * CONCURRENCY * per_task)
