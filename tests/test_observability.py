@@ -301,3 +301,26 @@ def test_failure_policy_closed_is_counted_as_a_fallback_check() -> None:
     assert not any(k[0] == "distbrake.checks" for k in points)
     assert brake.health().state == "degraded"
     brake.close()
+
+
+def test_otel_true_uses_the_global_meter_provider_and_the_default_is_off() -> None:
+    import subprocess
+    import sys
+
+    code = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from distbrake import LoopBrake
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+assert LoopBrake().watch is None  # opt-in: a brake nobody observes pays one attribute test per check
+LoopBrake().check("quiet", 1)
+LoopBrake(otel=True).check("loud", 1)
+data = reader.get_metrics_data()
+tools = {dict(p.attributes).get("tool") for rm in data.resource_metrics for sm in rm.scope_metrics
+         for m in sm.metrics for p in m.data.data_points}
+assert tools == {"loud", None}, tools
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr

@@ -40,16 +40,17 @@ def _installed(module: str) -> bool:
 def _otel(options: ObserveOptions) -> Recorder | None:
     wanted = options.get("otel")
     provider = options.get("meter_provider")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise ConfigurationError(f"invalid otel: expected True or False, not {type(wanted).__name__}")
     if wanted is False:
         if provider is not None:
             raise ConfigurationError("invalid meter_provider: given with otel=False")
         return None
+    if wanted is None and provider is None:
+        return None  # opt-in: an uninstrumented check pays nothing
     if not _installed("opentelemetry.metrics"):
-        if wanted or provider is not None:
-            raise ConfigurationError(
-                "OpenTelemetry is not installed: pip install 'distbrake[otel]' (or leave otel and meter_provider unset)"
-            )
-        return None
+        raise ConfigurationError(
+            "OpenTelemetry is not installed: pip install 'distbrake[otel]' (or leave otel and meter_provider unset)")
     if provider is not None and not callable(getattr(provider, "get_meter", None)):
         raise ConfigurationError(
             f"invalid meter_provider: expected an OpenTelemetry MeterProvider, not {type(provider).__name__}")

@@ -11,9 +11,9 @@ __all__ = ["OBSERVE_OPTIONS", "ObserveOptions", "take_observe_options"]
 class ObserveOptions(TypedDict, total=False):
     """Observability keyword options (validated when the brake is built).
 
-    * `otel`: OpenTelemetry metrics and span events; None (default) = on when
-      `opentelemetry-api` is installed (`distbrake[otel]`), False = off;
-    * `meter_provider`: the OpenTelemetry `MeterProvider` (default: the global one);
+    * `otel`: True for OpenTelemetry metrics and span events on the global `MeterProvider`
+      (`distbrake[otel]`); off by default;
+    * `meter_provider`: the OpenTelemetry `MeterProvider` to use (turns OpenTelemetry on);
     * `prometheus_registry`: a prometheus-client `CollectorRegistry` to register the metrics on;
     * `on_deny(error)`, `on_warn(verdict)`, `on_degraded(error)`, `on_recovered()`: callbacks
       (async brakes also take coroutine functions, run as background tasks);
