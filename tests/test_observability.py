@@ -324,3 +324,17 @@ assert tools == {"loud", None}, tools
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_brakes_sharing_a_meter_provider_or_registry_share_its_instruments() -> None:
+    otel, prometheus = OtelMetrics(), PrometheusMetrics()
+    first = LoopBrake(meter_provider=otel.provider, prometheus_registry=prometheus.registry)
+    second = DistributedBrake.from_url("memory://", meter_provider=otel.provider,
+                                       prometheus_registry=prometheus.registry)
+    for brake in (first, second, first):
+        brake.check("t", {"n": 1}, session_id="a")
+    second.close()
+    for metrics in (otel, prometheus):
+        points = metrics.points()
+        assert {k: v for k, v in points.items() if k[0] == "distbrake.checks"} == {
+            checks("t", "allowed", "in-process"): 2, checks("t", "allowed", "redis"): 1}

@@ -63,7 +63,10 @@ def _otel(options: ObserveOptions) -> Recorder | None:
 
         provider = metrics.get_meter_provider()
     with _lock:
-        recorder = _otel_recorders.get(provider)
+        try:
+            recorder = _otel_recorders.get(provider)
+        except TypeError:  # a provider that takes no weak reference: instruments of its own per brake
+            return OtelRecorder(provider, version("distbrake"))
         if recorder is None:  # one set of instruments per provider, shared by its brakes
             recorder = _otel_recorders[provider] = OtelRecorder(provider, version("distbrake"))
     return recorder
