@@ -94,8 +94,8 @@ async def test_denials_and_warnings_per_tool_per_minute_reach_stats(
     kind = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
     brake = Checker(kind.from_url(url, key_prefix=prefix, warn_at=3, max_repeats=4, otel=False))
     await deny_and_warn(brake)
+    await brake.close()  # writes what was noted (the writer gathers notes for half a second)
     data = wait_for_stats(url, prefix, WANTED)
-    await brake.close()
     assert [m for m in data["minutes"] if m["tools"]][-1]["tools"]["search"]["denied"] >= 1
     assert len(data["minutes"]) == 15
 
@@ -249,3 +249,20 @@ def test_top_on_a_cluster_never_writes(redis_cluster: RedisCluster, cluster_url:
     assert cli("top", "--url", cluster_url).returncode == 0
     for node in redis_cluster.masters:
         assert _commands(node) <= READS, _commands(node) - READS
+
+
+def test_an_async_brake_keeps_writing_after_moving_to_a_new_event_loop(redis_url: str) -> None:
+    import asyncio
+
+    prefix = f"fv{uuid.uuid4().hex[:6]}"
+    brake = AsyncDistributedBrake.from_url(redis_url, key_prefix=prefix, max_repeats=1, otel=False)
+
+    async def deny(tool: str) -> None:
+        with pytest.raises(LoopBrakeError):
+            await brake.check(tool, 1, session_id=tool)
+        await brake.watch.aflush()  # type: ignore[union-attr]  # before this loop ends
+
+    asyncio.run(deny("first"))
+    asyncio.run(deny("second"))
+    asyncio.run(brake.aclose())
+    wait_for_stats(redis_url, prefix, {"first": {"denied": 1, "warned": 0}, "second": {"denied": 1, "warned": 0}})

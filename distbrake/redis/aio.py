@@ -536,9 +536,12 @@ class AsyncDistributedBrake(DistributedBase):
 
         From a loop other than the one the connections belong to (an earlier
         `asyncio.run`), those connections cannot be closed: they are dropped,
-        and this does not fail on them.
+        and this does not fail on them. The fleet view's counters noted so far are written first
+        (waiting at most two seconds).
         """
         await self._enter()
+        if self.watch is not None:
+            await self.watch.aflush()
         await self._close_connections()
 
     async def __aenter__(self) -> AsyncDistributedBrake:

@@ -208,7 +208,12 @@ class DistributedBrake(SyncCheck, DistributedBase):
         return bool(self.client.ping())
 
     def close(self) -> None:
-        """Close the client's connections (a brake built from a URL owns its client)."""
+        """Close the client's connections (a brake built from a URL owns its client).
+
+        The fleet view's counters noted so far are written first (waiting at most two seconds).
+        """
+        if self.watch is not None:
+            self.watch.flush()
         for connection in list(self._connections):
             connection.disconnect()
         close = getattr(self.client, "close", None)

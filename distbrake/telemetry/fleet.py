@@ -1,8 +1,9 @@
 """The fleet view in Redis: denials and warnings per tool per minute, under the brake's key prefix.
 
 Written only when a check is denied or warned, in the background (a sync
-brake's writer thread, an async brake's task): never blocking or failing the
-check. One hash per minute, `<prefix>:fleet:<unix minute>`, field
+brake's writer thread, an async brake's task), gathered over half a second
+into one pipeline: never blocking or failing the check, at most two writes a
+second per brake. One hash per minute, `<prefix>:fleet:<unix minute>`, field
 `d:<tool>` (denied) or `w:<tool>` (warned), each write an HINCRBY plus a
 PEXPIRE of that one key (Cluster-safe: never a multi-key command), kept
 `RETENTION_MINUTES`. No session id, argument or hash is ever written. Read by
@@ -12,6 +13,7 @@ PEXPIRE of that one key (Cluster-safe: never a multi-key command), kept
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
@@ -29,7 +31,7 @@ logger = logging.getLogger("distbrake")
 
 RETENTION_MINUTES = 60
 MAX_QUEUED = 10_000  # notes waiting for the writer, at most (further ones are dropped)
-BATCH = 1_000
+GATHER_SECONDS = 0.5  # a writer gathers the notes of this long into one pipeline (at most 2 writes a second)
 Kind = Literal["d", "w"]
 _Tally = Counter[tuple[int, str]]  # (minute, field) -> count
 
@@ -67,10 +69,14 @@ class FleetWriter:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._unwritten = 0  # notes queued or being written
 
     def note(self, kind: Kind, tool: str) -> None:
         if self._queue.qsize() >= MAX_QUEUED:
             return
+        with self._idle:
+            self._unwritten += 1
         self._queue.put((int(time.time() // 60), _field(kind, tool)))
         thread = self._thread
         if thread is None or self._pid != os.getpid() or not thread.is_alive():
@@ -87,22 +93,24 @@ class FleetWriter:
     def _run(self) -> None:
         while True:
             tally: _Tally = Counter([self._queue.get()])
-            for _ in range(BATCH):
+            end = time.monotonic() + GATHER_SECONDS
+            while (left := end - time.monotonic()) > 0:
                 try:
-                    tally[self._queue.get_nowait()] += 1
+                    tally[self._queue.get(timeout=left)] += 1
                 except queue.Empty:
                     break
             try:
                 _queue_writes(self._client().pipeline(transaction=False), self._prefix, tally).execute()
             except Exception as error:
                 _write_failed(error)
+            with self._idle:
+                self._unwritten -= sum(tally.values())
+                self._idle.notify_all()
 
-    def flush(self, timeout: float = 5.0) -> None:
-        """Wait (bounded) until the queue is empty: for tests and a clean exit."""
-        end = time.monotonic() + timeout
-        while not self._queue.empty() and time.monotonic() < end:
-            time.sleep(0.01)
-        time.sleep(0.05)
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait, at most `timeout`, until every note so far is written (or failed): `close()` does."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._unwritten <= 0, timeout)
 
 
 class AsyncFleetWriter:
@@ -118,11 +126,14 @@ class AsyncFleetWriter:
         if len(self._tally) >= MAX_QUEUED:
             return
         self._tally[(int(time.time() // 60), _field(kind, tool))] += 1
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._write(), name="distbrake-fleet")
+        loop = asyncio.get_running_loop()
+        task = self._task
+        # A task of an earlier event loop (closed without running it to the end) writes nothing more.
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._task = loop.create_task(self._write(), name="distbrake-fleet")
 
     async def _write(self) -> None:
-        await asyncio.sleep(0)  # the notes of this tick go together
+        await asyncio.sleep(GATHER_SECONDS)  # the notes of this long go together
         while self._tally:
             tally, self._tally = self._tally, Counter()
             try:
@@ -130,10 +141,12 @@ class AsyncFleetWriter:
             except Exception as error:
                 _write_failed(error)
 
-    async def flush(self) -> None:
-        """Wait until the notes so far are written: for tests and a clean exit."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+    async def flush(self, timeout: float = 2.0) -> None:
+        """Wait, at most `timeout`, until the notes so far are written (or failed): `aclose()` does."""
+        task = self._task
+        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), timeout)
 
 
 def parse_minute(key: Any, prefix: str) -> int | None:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BrakeUnavailableError, LoopBrakeError
 from ..session import resolve_call_id
 from .callbacks import Callback, run_callback
+from .fleet import AsyncFleetWriter, FleetWriter
 from .recorder import TOOL_CHARS, Outcome, Recorder
 
 if TYPE_CHECKING:
     from ..core import Verdict
-    from .fleet import AsyncFleetWriter, FleetWriter
 
 __all__ = ["Fanout", "Watch", "decided_by_of", "mark_decided_by"]
 
@@ -113,6 +113,16 @@ class Watch:
             raise
         self.done(verdict, start, call_id, context)
         return verdict
+
+    def flush(self) -> None:
+        """Wait (bounded) for the fleet view's writes of a sync brake; the brake's `close()` calls it."""
+        if self._fleet is not None and not isinstance(self._fleet, AsyncFleetWriter):
+            self._fleet.flush()
+
+    async def aflush(self) -> None:
+        """The same for an async brake (`aclose()`)."""
+        if isinstance(self._fleet, AsyncFleetWriter):
+            await self._fleet.flush()
 
     def done(self, verdict: Verdict, start: float, call_id: object, context: object) -> None:
         tool = verdict.tool_name[:TOOL_CHARS]
