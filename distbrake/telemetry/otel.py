@@ -65,14 +65,17 @@ class OtelRecorder(Recorder):
         key = (tool, outcome, decided_by)
         with self._lock:
             tallies = self._tallies
-            if key not in tallies and len(tallies) >= MAX_SERIES:
-                key = (OTHER_TOOL, outcome, decided_by)
-            tallies[key] = tallies.get(key, 0) + 1
-            if seconds is not None:
-                self._pending.append((decided_by, seconds))
-                if len(self._pending) < MAX_PENDING:
-                    return
-            else:
+            try:
+                tallies[key] += 1
+            except KeyError:
+                if len(tallies) >= MAX_SERIES:
+                    key = (OTHER_TOOL, outcome, decided_by)
+                tallies[key] = tallies.get(key, 0) + 1
+            if seconds is None:
+                return
+            pending = self._pending
+            pending.append((decided_by, seconds))
+            if len(pending) < MAX_PENDING:
                 return
         self._hand_over()
 

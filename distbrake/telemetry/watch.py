@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["Fanout", "Watch", "decided_by_of", "mark_decided_by"]
 
 _MARK = "_distbrake_decided_by"
+_clock = time.perf_counter
 
 
 def mark_decided_by(error: LoopBrakeError, decided_by: str) -> None:
@@ -86,7 +87,7 @@ class Watch:
         self, check: Callable[[str, Any, object, object, object], Verdict],
         tool: str, args: Any, session_id: object, call_id: object, context: object,
     ) -> Verdict:
-        start = time.perf_counter()
+        start = _clock()
         try:
             verdict = check(tool, args, session_id, call_id, context)
         except LoopBrakeError as error:
@@ -102,7 +103,7 @@ class Watch:
         self, check: Callable[[str, Any, object, object, object], Awaitable[Verdict]],
         tool: str, args: Any, session_id: object, call_id: object, context: object,
     ) -> Verdict:
-        start = time.perf_counter()
+        start = _clock()
         try:
             verdict = await check(tool, args, session_id, call_id, context)
         except LoopBrakeError as error:
@@ -125,13 +126,17 @@ class Watch:
             await self._fleet.flush()
 
     def done(self, verdict: Verdict, start: float, call_id: object, context: object) -> None:
+        seconds = _clock() - start
         tool = verdict.tool_name[:TOOL_CHARS]
-        if verdict.exempt:
+        decided_by = verdict.decided_by
+        if decided_by in ("redis", "in-process"):  # the common case first
+            if verdict.warning is None and not (verdict.replayed or verdict.would_deny):
+                self.recorder.check(tool, "allowed", decided_by, seconds)
+                return
+        elif decided_by == "exempt":
             self.recorder.check(tool, "exempt", "exempt", None)
             return
-        seconds = time.perf_counter() - start
-        decided_by = verdict.decided_by
-        if decided_by in ("fallback", "fail-open"):
+        else:  # fallback, fail-open
             self.recorder.fallback(self._policy)
         if verdict.replayed:  # the same call again: counted once, reported once
             self.recorder.check(tool, "replayed", decided_by, seconds)
@@ -151,7 +156,7 @@ class Watch:
             self.recorder.check(tool, "allowed", decided_by, seconds)
 
     def denied(self, error: LoopBrakeError, start: float, call_id: object, context: object) -> None:
-        seconds = time.perf_counter() - start
+        seconds = _clock() - start
         tool = error.tool_name[:TOOL_CHARS]
         decided_by = decided_by_of(error, self._decided_by)
         if decided_by == "fallback":
