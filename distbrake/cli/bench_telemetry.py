@@ -146,7 +146,7 @@ async def _async_rounds(
 
 
 def otel_async_check(
-    backend: BrakeSettings, *, per_task: int = 200, rounds: int = 5, timeout_seconds: float = 5.0,
+    backend: BrakeSettings, *, per_task: int = 100, rounds: int = 11, timeout_seconds: float = 5.0,
     step: Step = no_step,
 ) -> Figure:
     """Time per check of the async brake at 64 tasks, OTel on vs off (the inverse of the throughput ratio)."""
