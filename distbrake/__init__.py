@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         normalize_max_repeats,
         resolve_max_repeats,
     )
+    from .telemetry.health import BrakeHealth
     from .wrap import decorate_tool, wrap_execute
 
 logging.getLogger("distbrake").addHandler(logging.NullHandler())
@@ -65,6 +66,7 @@ _HOMES = {
     ".redis.wire": ("session_key",),
     ".rules": ("ToolRules",),
     ".session": ("bind_session", "resolve_session"),
+    ".telemetry.health": ("BrakeHealth",),
     ".settings": (
         "DEFAULT_URL", "BrakeOptions", "BrakeSettings", "FailurePolicy", "normalize_max_repeats",
         "resolve_max_repeats",
@@ -92,6 +94,7 @@ __all__ = [
     "DEFAULT_URL",
     "AsyncDistributedBrake",
     "BrakeHandle",
+    "BrakeHealth",
     "BrakeOptions",
     "BrakeSettings",
     "BrakeUnavailableError",

@@ -13,13 +13,16 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import LoopBrakeError
 from .identity import call_hash, hash_prefix
 from .rules import strip_fields, warning_text
 from .session import resolve_call_id, resolve_session
 from .settings import BrakeSettings
+
+if TYPE_CHECKING:
+    from .telemetry.watch import Watch
 
 __all__ = ["DECIDED_BY", "BrakeCore", "Cycle", "DecidedBy", "PreparedCall", "SessionState", "SyncCheck", "Verdict"]
 
@@ -113,6 +116,7 @@ class BrakeCore:
     """Configuration plus the non-I/O halves of `check`, shared by every brake."""
 
     settings: BrakeSettings
+    watch: Watch | None = None  # what reports each check (telemetry/build.py); None: nothing does
 
     def __init__(self, settings: BrakeSettings) -> None:
         self.settings = settings
@@ -199,6 +203,11 @@ class SyncCheck(BrakeCore):
         context: object = None,
     ) -> Verdict:
         """Count this call; raise `LoopBrakeError` if it is the Nth identical in a row."""
+        if self.watch is not None:
+            return self.watch.run(self._check, tool, args, session_id, call_id, context)
+        return self._check(tool, args, session_id, call_id, context)
+
+    def _check(self, tool: str, args: Any, session_id: object, call_id: object, context: object) -> Verdict:
         call = self.prepare(tool, args, session_id, call_id, context)
         return call if isinstance(call, Verdict) else self.decide(call)
 

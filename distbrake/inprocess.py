@@ -19,6 +19,9 @@ from .core import Cycle, PreparedCall, SessionState, SyncCheck, Verdict
 from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .streak import advance, cycle_period
+from .telemetry.build import build_observers
+from .telemetry.health import Healthy
+from .telemetry.options import take_observe_options
 from .wrap import GuardMixin
 
 __all__ = ["LoopBrake"]
@@ -40,7 +43,7 @@ class _Record:
     cycles: tuple[int, int] = (0, 0)
 
 
-class LoopBrake(GuardMixin, SyncCheck):
+class LoopBrake(Healthy, GuardMixin, SyncCheck):
     """The in-process brake: one record per session in this process, locked, TTL-bounded."""
 
     def __init__(
@@ -54,7 +57,13 @@ class LoopBrake(GuardMixin, SyncCheck):
     ) -> None:
         if max_repeats is not None:
             options["max_repeats"] = max_repeats
+        observe = take_observe_options(options)  # type: ignore[arg-type]
         super().__init__(load_settings(settings, **options))
+        observers = build_observers(
+            observe, decided_by="in-process", policy=self.settings.on_backend_error, backend="in-process",
+            asynchronous=False,
+        )
+        self.watch, self.health_watch = observers.watch, observers.health
         self._clock = clock
         self._lock = threading.Lock()
         self._records: OrderedDict[str, _Record] = OrderedDict()

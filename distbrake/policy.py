@@ -25,8 +25,11 @@ import time
 from collections.abc import Callable
 
 from .core import BrakeCore, PreparedCall, Verdict
-from .errors import BrakeUnavailableError
+from .errors import BrakeUnavailableError, LoopBrakeError
 from .inprocess import LoopBrake
+from .telemetry.health import HealthWatch
+from .telemetry.recorder import Recorder
+from .telemetry.watch import mark_decided_by
 
 __all__ = ["BackendHealth", "FailureHandler"]
 
@@ -88,7 +91,6 @@ class BackendHealth:
                 return False  # an answer to a check sent before the outage was known: not the probe's
             self._down, self._probing, self._pause = False, False, self._first_pause
             self._epoch += 1
-        logger.warning("distbrake: Redis answers again; streaks are shared again")
         return True
 
     def abandoned(self, ticket: int) -> None:
@@ -125,22 +127,24 @@ class BackendHealth:
 class FailureHandler:
     """Applies the configured policy to a call that Redis could not judge."""
 
-    def __init__(self, brake: BrakeCore, backend: str) -> None:
+    def __init__(
+        self, brake: BrakeCore, backend: str, health: HealthWatch | None = None, recorder: Recorder | None = None,
+    ) -> None:
         self._brake = brake
         self._backend = backend
         self.policy = brake.settings.on_backend_error
-        self.local = LoopBrake(settings=brake.settings)
+        self.local = LoopBrake(settings=brake.settings, otel=False)
+        # Said and called once per outage (telemetry/health.py); each failure counted by class.
+        self.watch = health or HealthWatch(self.policy, backend)
+        self.recorder = recorder or Recorder()
         self.health = BackendHealth(brake.settings.retry_after_seconds)
         self._lock = threading.Lock()
         self._foreign_keys: set[str] = set()
 
     def failed(self, error: BaseException, ticket: int) -> None:
-        """Record a backend failure (once per outage in the log, without arguments)."""
+        """Record a backend failure (once per outage in the log and callbacks, without arguments)."""
         if self.health.failed(ticket):
-            logger.warning(
-                "distbrake: Redis at %s failed (%s); policy %r until it answers again",
-                self._backend, type(error).__name__, self.policy,
-            )
+            self.watch.degraded(error)
 
     def _foreign_key(self, key: str, call: PreparedCall) -> None:
         """Log, once per key (a bounded memory), that a session's key is not a streak record."""
@@ -160,6 +164,7 @@ class FailureHandler:
         """Redis answered: when that ends an outage, the fallback's streaks are forgotten."""
         if self.health.succeeded(ticket):
             self.local.reset()
+            self.watch.recovered()
 
     def decide(
         self, call: PreparedCall, error: BaseException | None, *, record_key: str | None = None
@@ -170,6 +175,8 @@ class FailureHandler:
         (it holds a foreign value): the same policy, for this check only.
         """
         cause = type(error).__name__ if error is not None else "known to be down"
+        if error is not None:
+            self.recorder.backend_error(type(error).__name__)
         if record_key is not None:
             self._foreign_key(record_key, call)
         if self.policy == "closed":
@@ -189,4 +196,8 @@ class FailureHandler:
                 decided_by="fail-open",
             )
         count, replayed, cycle = self.local.record(call)
-        return self._brake.judge(call, count, replayed, "fallback", cycle)
+        try:
+            return self._brake.judge(call, count, replayed, "fallback", cycle)
+        except LoopBrakeError as denial:
+            mark_decided_by(denial, "fallback")
+            raise

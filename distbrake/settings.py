@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import ConfigurationError, InvalidMaxRepeatsError
 from .rules import Rules, ToolRules, normalize_max_repeats, positive_int
+from .telemetry.options import ObserveOptions
 from .urls import ParsedURL, parse_url, redact_url
 
 __all__ = [
@@ -47,8 +48,9 @@ MAX_CYCLE_REPEATS = 10
 FailurePolicy = Literal["open", "closed", "local"]
 
 
-class BrakeOptions(TypedDict, total=False):
-    """The keyword options of every brake and of `from_url`: `BrakeSettings` fields (None = not given)."""
+class BrakeOptions(ObserveOptions, total=False):
+    """The keyword options of every brake and of `from_url`: `BrakeSettings` fields (None = not given),
+    plus the observability options of `ObserveOptions` (objects and callables, never from the environment)."""
 
     max_repeats: int | float | str | None
     ttl_seconds: float | None

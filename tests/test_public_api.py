@@ -20,6 +20,7 @@ README = PACKAGE.parent / "README.md"
 DOCUMENTED = [
     "AsyncDistributedBrake",
     "BrakeHandle",
+    "BrakeHealth",
     "BrakeOptions",
     "BrakeSettings",
     "BrakeUnavailableError",

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("doctor", "doctor_command", "Diagnose connection, mode, script, permissions, config."),
     "bench": ("bench", "bench_command", "Benchmark figures, as ratios to the server's own floor."),
     "demo": ("demo", "demo_command", "A small fleet with one stuck agent: watch the brake stop it."),
+    "stats": ("fleet", "stats_command", "Denials and warnings per tool per minute, across the fleet."),
+    "top": ("fleet", "top_command", "A live view: longest streaks, denials per tool, backend health."),
 }
 # The password of a URL that does not parse (the library's own error redacts it; this finds it to scrub).
 _PASSWORD_OF_BAD_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@")
@@ -148,7 +150,7 @@ class App:
         """A brake on the run's backend (see `settings`), closed afterwards."""
         from ..redis.sync import DistributedBrake
 
-        brake = DistributedBrake.from_url(settings=self.settings(on_backend_error))
+        brake = DistributedBrake.from_url(settings=self.settings(on_backend_error), otel=False)
         try:
             yield brake
         finally:

@@ -33,6 +33,7 @@ from .bench_server import (
     server_cost,
     sync_check_latency,
 )
+from .bench_telemetry import ASYNC_NAME, SYNC_NAME, otel_async_check, otel_sync_check
 from .output import (
     EXIT_TARGET,
     emit_json,
@@ -53,6 +54,8 @@ STAGES = {
     "import_time": ("import distbrake vs import redis, pydantic_settings", "ms", "<= 1.1x"),
     "cli_startup": ("distbrake --version / --help vs import click", "ms", "<= 2x"),
     "server_cost": ("server cost: script rate vs return 1 (-P 16)", "req/s", ">= 0.25x"),
+    "otel_sync_check": (SYNC_NAME, "µs", "<= 1.1x"),
+    "otel_async_check": (ASYNC_NAME, "µs", "<= 1.1x"),
 }
 
 
@@ -159,6 +162,14 @@ def run_bench(
         "cli_startup": lambda: cli_startup(rounds=5 if quick else 15, step=step),
         "server_cost": lambda: server_cost(
             b, requests=20_000 if quick else 200_000, timeout_seconds=t),
+        "otel_sync_check": (
+            (lambda: otel_sync_check(b, rounds=4, block=150, warmup=100, timeout_seconds=t, step=step))
+            if quick else (lambda: otel_sync_check(b, timeout_seconds=t, step=step))
+        ),
+        "otel_async_check": (
+            (lambda: otel_async_check(b, per_task=40, rounds=3, timeout_seconds=t, step=step))
+            if quick else (lambda: otel_async_check(b, timeout_seconds=t, step=step))
+        ),
     }
     figures = []
     unknown = sorted(set(only) - set(STAGES))
@@ -213,6 +224,8 @@ def bench_command(
     (d) LoopBrake.check vs sha256(json.dumps(args, sort_keys))   target <= 1.5x
         call_hash of ~1 MB vs json.dumps(sort_keys) + sha256     target <= 0.5x
     (e) server cost: redis-benchmark -P 16, script vs return 1   target >= 0.25x
+    (f) OpenTelemetry on (SDK + reader) vs off: sync check       target <= 1.1x
+        and async time per check at 64 tasks                     target <= 1.1x
 
     The memory figure writes N short-lived keys under a dedicated prefix and
     clears them: run it only on a server you may fill. Exit 5 when a figure

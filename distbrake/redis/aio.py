@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Unpack
 
 import redis.asyncio.cluster
@@ -77,9 +77,10 @@ class _Coalescer:
     its policy without marking Redis down.
     """
 
-    def __init__(self, client: Any, timeout: float) -> None:
+    def __init__(self, client: Any, timeout: float, script_loaded: Callable[[], None] = lambda: None) -> None:
         self._client = client
         self._timeout = timeout
+        self._script_loaded = script_loaded  # told of each load after a NOSCRIPT (telemetry)
         # A plain redis.asyncio client (single node, or a Sentinel-managed master)
         # gets its batches, packed once, written straight to one pooled
         # connection; Cluster and the embedded backend use the client's pipeline.
@@ -171,6 +172,7 @@ class _Coalescer:
         replies = await self._pipeline(batch)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if missing:  # a flushed or new server: load the script, send those checks again
+            self._script_loaded()
             await self._client.script_load(script_source())
             again = await self._pipeline([batch[i] for i in missing])
             for index, reply in zip(missing, again, strict=True):
@@ -215,6 +217,7 @@ class _Coalescer:
             replies = await calls(runs)
             missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
             if missing:  # a new master (or a promoted replica) without the script
+                self._script_loaded()
                 try:
                     await client.script_load(script_source())
                 except INTERNAL_ERRORS as error:
@@ -296,12 +299,14 @@ def _fail(futures: list[asyncio.Future[Any]], error: BaseException) -> None:
 class AsyncDistributedBrake(DistributedBase):
     """The loop brake for asyncio code; `check` is a coroutine."""
 
+    asynchronous = True
+
     def __init__(
         self, client: Any, *, settings: BrakeSettings | None = None, url: str | None = None,
         **options: Unpack[BrakeOptions],
     ) -> None:
         super().__init__(client, settings=settings, url=url, **options)
-        self._coalescer = _Coalescer(client, self.settings.timeout_seconds)
+        self._coalescer = _Coalescer(client, self.settings.timeout_seconds, self.recorder.script_load)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_end: Any = None  # closes the connections when `_loop` ends (see `_bind`)
 
@@ -322,6 +327,11 @@ class AsyncDistributedBrake(DistributedBase):
         context: object = None,
     ) -> Verdict:
         """Count this call in Redis; raise `LoopBrakeError` if it is the Nth identical in a row."""
+        if self.watch is not None:
+            return await self.watch.arun(self._check, tool, args, session_id, call_id, context)
+        return await self._check(tool, args, session_id, call_id, context)
+
+    async def _check(self, tool: str, args: Any, session_id: object, call_id: object, context: object) -> Verdict:
         call = self.prepare(tool, args, session_id, call_id, context)
         if isinstance(call, Verdict):
             return call
@@ -412,7 +422,7 @@ class AsyncDistributedBrake(DistributedBase):
                         "which makes a fresh client for each loop"
                     )
                 drop_nodes = True
-        self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds)
+        self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds, self.recorder.script_load)
         self._loop = loop
         self._close_at_loop_end(loop)
         return drop_nodes
@@ -526,9 +536,12 @@ class AsyncDistributedBrake(DistributedBase):
 
         From a loop other than the one the connections belong to (an earlier
         `asyncio.run`), those connections cannot be closed: they are dropped,
-        and this does not fail on them.
+        and this does not fail on them. The fleet view's counters noted so far are written first
+        (waiting at most two seconds).
         """
         await self._enter()
+        if self.watch is not None:
+            await self.watch.aflush()
         await self._close_connections()
 
     async def __aenter__(self) -> AsyncDistributedBrake:

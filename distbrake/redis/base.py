@@ -17,6 +17,9 @@ from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..policy import NO_TRY, FailureHandler
 from ..rules import result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
+from ..telemetry.build import build_observers
+from ..telemetry.health import Healthy
+from ..telemetry.options import take_observe_options
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
 from .wire import (
@@ -44,8 +47,10 @@ BACKEND_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class DistributedBase(GuardMixin, BrakeCore):
+class DistributedBase(Healthy, GuardMixin, BrakeCore):
     """Configuration, key layout, encoding and failure policy for a Redis-backed brake."""
+
+    asynchronous = False  # True for the asyncio brake: its callbacks may be coroutine functions
 
     def __init__(
         self,
@@ -55,6 +60,7 @@ class DistributedBase(GuardMixin, BrakeCore):
         url: str | None = None,
         **options: Unpack[BrakeOptions],
     ) -> None:
+        observe = take_observe_options(options)  # type: ignore[arg-type]
         super().__init__(load_settings(settings, url=url, **options))
         self.client = client
         self.backend = self.settings.shown_url if self.settings.url is not None else repr_client(client)
@@ -64,7 +70,12 @@ class DistributedBase(GuardMixin, BrakeCore):
                 "but never answers would hang checks; build it with socket_timeout (see README, "
                 "Failure policy) or use from_url", type(self).__name__,
             )
-        self.failures = FailureHandler(self, self.backend)
+        observers = build_observers(
+            observe, decided_by="redis", policy=self.settings.on_backend_error, backend=self.backend,
+            asynchronous=self.asynchronous, client=lambda: self.client, key_prefix=self.settings.key_prefix,
+        )
+        self.watch, self.health_watch, self.recorder = observers.watch, observers.health, observers.recorder
+        self.failures = FailureHandler(self, self.backend, observers.health, observers.recorder)
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
         # A call id seen again within the timeout is a retry or a second seam; later, a new call.
         self._window_ms = max(1, round(self.settings.timeout_seconds * 1000))
@@ -96,8 +107,9 @@ class DistributedBase(GuardMixin, BrakeCore):
         Arguments > `settings` (or the environment) > defaults. The URL is parsed
         and every setting validated before any connection is made.
         """
+        observe = take_observe_options(options)  # type: ignore[arg-type]
         resolved = cls.settings_for_url(url, settings, **options)
-        return cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved)
+        return cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved, **observe)
 
     @staticmethod
     def settings_for_url(

@@ -106,6 +106,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
             try:
                 return self.client.evalsha(script_sha(), 1, key, *argv)
             except redis.exceptions.NoScriptError:
+                self.recorder.script_load()
                 self.client.script_load(script_source())
                 return self.client.evalsha(script_sha(), 1, key, *argv)
 
@@ -148,6 +149,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
                     try:
                         return connection.read_response()
                     except redis.exceptions.NoScriptError:
+                        self.recorder.script_load()
                         connection.send_packed_command([resp_script_load()])
                         connection.read_response()
                         connection.send_packed_command([packed])
@@ -206,7 +208,12 @@ class DistributedBrake(SyncCheck, DistributedBase):
         return bool(self.client.ping())
 
     def close(self) -> None:
-        """Close the client's connections (a brake built from a URL owns its client)."""
+        """Close the client's connections (a brake built from a URL owns its client).
+
+        The fleet view's counters noted so far are written first (waiting at most two seconds).
+        """
+        if self.watch is not None:
+            self.watch.flush()
         for connection in list(self._connections):
             connection.disconnect()
         close = getattr(self.client, "close", None)

@@ -1,0 +1,228 @@
+"""The `stats` and `top` commands: the fleet view, read from Redis (never written).
+
+`stats` prints denials and warnings per tool (per minute in `--json`) from
+the counters the brakes keep (see `telemetry/fleet.py`); `top` is a live view
+refreshed every second: the longest streaks now, denials per tool over the
+last minutes as a small chart, and the backend's health. `q` quits; piped
+(not a terminal), `top` prints one plain snapshot and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import re
+import select
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from rich.console import Group
+from rich.text import Text
+
+from ..core import SessionState
+from ..redis.base import BACKEND_ERRORS
+from ..redis.sync import DistributedBrake
+from ..telemetry.fleet import RETENTION_MINUTES, read_minutes
+from .app import App, command
+from .output import emit_json, escape_text, make_console, make_table, print_renderable
+from .sessions import iso_time, span_text
+
+BARS = " ▁▂▃▄▅▆▇█"
+TOP_STREAKS = 10
+TOP_TOOLS = 10
+_SINCE = re.compile(r"^(\d+)([mh]?)$")
+
+Minutes = list[tuple[int, dict[str, tuple[int, int]]]]
+
+
+def parse_since(text: str) -> int:
+    """`15m`, `1h` or `15` (minutes) as a number of minutes, 1 to RETENTION_MINUTES."""
+    match = _SINCE.match(text.strip().lower())
+    if not match:
+        raise click.BadParameter(f"{text!r}: expected minutes such as 15m, or 1h")
+    minutes = int(match.group(1)) * (60 if match.group(2) == "h" else 1)
+    if not 1 <= minutes <= RETENTION_MINUTES:
+        raise click.BadParameter(f"{text!r}: between 1m and {RETENTION_MINUTES}m (what Redis keeps)")
+    return minutes
+
+
+def totals(minutes: Minutes) -> dict[str, tuple[int, int]]:
+    """{tool: (denied, warned)} over every minute, most denied first."""
+    found: dict[str, list[int]] = {}
+    for _, tools in minutes:
+        for tool, (denied, warned) in tools.items():
+            entry = found.setdefault(tool, [0, 0])
+            entry[0] += denied
+            entry[1] += warned
+    ranked = sorted(found.items(), key=lambda item: (-item[1][0], -item[1][1], item[0]))
+    return {tool: (d, w) for tool, (d, w) in ranked}
+
+
+def chart(values: list[int]) -> str:
+    """A bar per value, scaled to the largest (a space for zero)."""
+    top = max(values, default=0)
+    if top <= 0:
+        return " " * len(values)
+    return "".join(BARS[0] if v <= 0 else BARS[max(1, round(v / top * (len(BARS) - 1)))] for v in values)
+
+
+def stats_json(minutes: Minutes, backend: str, prefix: str) -> dict[str, Any]:
+    return {
+        "backend": backend,
+        "key_prefix": prefix,
+        "since_minutes": len(minutes),
+        "tools": {tool: {"denied": d, "warned": w} for tool, (d, w) in totals(minutes).items()},
+        "minutes": [
+            {"minute": iso_time(minute * 60),
+             "tools": {tool: {"denied": d, "warned": w} for tool, (d, w) in sorted(tools.items())}}
+            for minute, tools in minutes
+        ],
+    }
+
+
+def tools_table(minutes: Minutes, title: str, limit: int | None = None) -> Any:
+    table = make_table("tool", "denied", "warned", "denials per minute, oldest first", title=Text(title))
+    ranked = list(totals(minutes).items())
+    for tool, (denied, warned) in ranked[:limit] if limit else ranked:
+        per_minute = [tools.get(tool, (0, 0))[0] for _, tools in minutes]
+        table.add_row(Text(escape_text(tool)), str(denied), str(warned), Text(chart(per_minute)))
+    return table
+
+
+@command("stats")
+@click.option("--since", "since", metavar="DURATION", default="15m", show_default=True,
+              help=f"How far back: minutes (15m) or hours (1h), at most {RETENTION_MINUTES}m.")
+def stats_command(app: App, since: str, as_json: bool) -> None:
+    """Denials and warnings per tool, per minute, as every brake on this Redis counted them.
+
+    The brakes write one small counter hash per minute under the key prefix
+    (only when a call is denied or warned; kept an hour). This reads them.
+    """
+    minutes_back = parse_since(since)
+    with app.open() as brake:
+        minutes = read_minutes(brake.client, brake.settings.key_prefix, minutes_back)
+        prefix = brake.settings.key_prefix
+    if as_json:
+        emit_json(stats_json(minutes, app.backend, prefix))
+        return
+    console = make_console()
+    title = f"denials and warnings on {escape_text(app.backend)}, last {minutes_back} min"
+    if not any(tools for _, tools in minutes):
+        console.print(Text(f"no denials or warnings on {escape_text(app.backend)} in the last {minutes_back} min "
+                           f"(prefix {escape_text(prefix)})"))
+        return
+    print_renderable(console, tools_table(minutes, title))
+
+
+# -- top --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """What one refresh of `top` read."""
+
+    at: float
+    health: str
+    latency_ms: float | None = None
+    streaks: list[SessionState] = field(default_factory=list)
+    minutes: Minutes = field(default_factory=list)
+
+
+def take_snapshot(brake: DistributedBrake, minutes_back: int) -> Snapshot:
+    """Read (never write) the streaks, the counters and a PING's latency."""
+    now = time.time()
+    try:
+        start = time.perf_counter()
+        brake.ping()
+        latency = (time.perf_counter() - start) * 1000
+        streaks = heapq.nlargest(TOP_STREAKS, brake.sessions(), key=lambda s: (s.count, s.updated_at))
+        minutes = read_minutes(brake.client, brake.settings.key_prefix, minutes_back, now)
+    except BACKEND_ERRORS as error:
+        return Snapshot(now, f"unreachable ({type(error).__name__})")
+    return Snapshot(now, "ok", latency, streaks, minutes)
+
+
+def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: bool) -> Group:
+    health = (f"ok, PING {snapshot.latency_ms:.1f} ms" if snapshot.latency_ms is not None else snapshot.health)
+    head = Text(f"distbrake top  {escape_text(backend)}  {iso_time(snapshot.at)}  Redis: {health}",
+                style="bold" if interactive else "")
+    streaks = make_table("session", "tool", "count", "limit", "state", "idle",
+                         title=Text("longest streaks now"))
+    for state in snapshot.streaks:
+        session = state.session_id if len(state.session_id) <= 40 else state.session_id[:39] + "…"
+        streaks.add_row(
+            Text(escape_text(session)), Text(escape_text(state.tool_name[:40])), str(state.count),
+            "-" if state.max_repeats is None else str(state.max_repeats), state.state,
+            span_text(snapshot.at - state.updated_at),
+        )
+    parts: list[Any] = [head, streaks]
+    if not snapshot.streaks:
+        parts.append(Text("(no streaks)"))
+    parts.append(tools_table(snapshot.minutes, f"denials per tool, last {minutes_back} min", TOP_TOOLS))
+    if not any(tools for _, tools in snapshot.minutes):
+        parts.append(Text("(no denials or warnings)"))
+    if interactive:
+        parts.append(Text("q quits", style="dim"))
+    return Group(*parts)
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[None]:
+    """The terminal in cbreak mode (a key is read as it is pressed), restored afterwards."""
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _quit_pressed(timeout: float) -> bool:
+    """Wait up to `timeout` for a key; True when it is q (or Q)."""
+    ready, _, _ = select.select([sys.stdin], [], [], timeout)
+    if not ready:
+        return False
+    key = sys.stdin.read(1)
+    return key in ("q", "Q", "")
+
+
+@command("top")
+@click.option("--since", "since", metavar="DURATION", default="15m", show_default=True,
+              help="Minutes of denials the chart shows (15m, 1h).")
+@click.option("--interval", metavar="SECONDS", default=1.0, show_default=True,
+              type=click.FloatRange(0.1, 60), help="Refresh period.")
+def top_command(app: App, since: str, interval: float, as_json: bool) -> None:
+    """A live view of the fleet, refreshed every second: `q` quits. It only reads from Redis.
+
+    Not on a terminal (piped), or with --json, it prints one snapshot and exits.
+    """
+    from rich.live import Live
+
+    minutes_back = parse_since(since)
+    interactive = sys.stdout.isatty() and sys.stdin.isatty() and not as_json
+    with app.open() as brake:
+        if not interactive:
+            snapshot = take_snapshot(brake, minutes_back)
+            if as_json:
+                data = stats_json(snapshot.minutes, app.backend, brake.settings.key_prefix)
+                data["health"] = snapshot.health
+                data["streaks"] = [{"session_id": s.session_id, "tool_name": s.tool_name, "count": s.count,
+                                    "max_repeats": s.max_repeats, "state": s.state} for s in snapshot.streaks]
+                emit_json(data)
+            else:
+                print_renderable(make_console(), render(snapshot, app.backend, minutes_back, False))
+            return
+        console = make_console()
+        with _keys(), Live(render(take_snapshot(brake, minutes_back), app.backend, minutes_back, True),
+                           console=console, auto_refresh=False, screen=True) as live:
+            while not _quit_pressed(interval):
+                live.update(render(take_snapshot(brake, minutes_back), app.backend, minutes_back, True),
+                            refresh=True)

@@ -1,0 +1,183 @@
+"""The fleet view in Redis: denials and warnings per tool per minute, under the brake's key prefix.
+
+Written only when a check is denied or warned, in the background (a sync
+brake's writer thread, an async brake's task), gathered over half a second
+into one pipeline: never blocking or failing the check, at most two writes a
+second per brake. One hash per minute, `<prefix>:fleet:<unix minute>`, field
+`d:<tool>` (denied) or `w:<tool>` (warned), each write an HINCRBY plus a
+PEXPIRE of that one key (Cluster-safe: never a multi-key command), kept
+`RETENTION_MINUTES`. No session id, argument or hash is ever written. Read by
+`distbrake stats` and `distbrake top` (`read_minutes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from .recorder import TOOL_CHARS
+
+__all__ = ["RETENTION_MINUTES", "AsyncFleetWriter", "FleetWriter", "fleet_key", "parse_minute", "read_minutes"]
+
+logger = logging.getLogger("distbrake")
+
+RETENTION_MINUTES = 60
+MAX_QUEUED = 10_000  # notes waiting for the writer, at most (further ones are dropped)
+GATHER_SECONDS = 0.5  # a writer gathers the notes of this long into one pipeline (at most 2 writes a second)
+Kind = Literal["d", "w"]
+_Tally = Counter[tuple[int, str]]  # (minute, field) -> count
+
+
+def fleet_key(prefix: str, minute: int) -> str:
+    return f"{prefix}:fleet:{minute}"
+
+
+def _field(kind: Kind, tool: str) -> str:
+    return f"{kind}:{tool[:TOOL_CHARS]}"
+
+
+def _queue_writes(pipe: Any, prefix: str, tally: _Tally) -> Any:
+    keys = set()
+    for (minute, field), count in tally.items():
+        key = fleet_key(prefix, minute)
+        pipe.hincrby(key, field, count)
+        keys.add(key)
+    for key in keys:
+        pipe.pexpire(key, RETENTION_MINUTES * 60_000)
+    return pipe
+
+
+def _write_failed(error: BaseException) -> None:
+    logger.debug("distbrake: the fleet view's counters were not written (%s)", type(error).__name__)
+
+
+class FleetWriter:
+    """A sync brake's writer: notes go on a bounded queue, a daemon thread writes them in batches."""
+
+    def __init__(self, client: Callable[[], Any], prefix: str) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._queue: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._unwritten = 0  # notes queued or being written
+
+    def note(self, kind: Kind, tool: str) -> None:
+        if self._queue.qsize() >= MAX_QUEUED:
+            return
+        with self._idle:
+            self._unwritten += 1
+        self._queue.put((int(time.time() // 60), _field(kind, tool)))
+        thread = self._thread
+        if thread is None or self._pid != os.getpid() or not thread.is_alive():
+            self._start()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+                return
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="distbrake-fleet", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            tally: _Tally = Counter([self._queue.get()])
+            end = time.monotonic() + GATHER_SECONDS
+            while (left := end - time.monotonic()) > 0:
+                try:
+                    tally[self._queue.get(timeout=left)] += 1
+                except queue.Empty:
+                    break
+            try:
+                _queue_writes(self._client().pipeline(transaction=False), self._prefix, tally).execute()
+            except Exception as error:
+                _write_failed(error)
+            with self._idle:
+                self._unwritten -= sum(tally.values())
+                self._idle.notify_all()
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait, at most `timeout`, until every note so far is written (or failed): `close()` does."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._unwritten <= 0, timeout)
+
+
+class AsyncFleetWriter:
+    """An async brake's writer: notes are tallied, one task of the running loop writes them."""
+
+    def __init__(self, client: Callable[[], Any], prefix: str) -> None:
+        self._client = client
+        self._prefix = prefix
+        self._tally: _Tally = Counter()
+        self._task: asyncio.Task[None] | None = None
+
+    def note(self, kind: Kind, tool: str) -> None:
+        if len(self._tally) >= MAX_QUEUED:
+            return
+        self._tally[(int(time.time() // 60), _field(kind, tool))] += 1
+        loop = asyncio.get_running_loop()
+        task = self._task
+        # A task of an earlier event loop (closed without running it to the end) writes nothing more.
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._task = loop.create_task(self._write(), name="distbrake-fleet")
+
+    async def _write(self) -> None:
+        await asyncio.sleep(GATHER_SECONDS)  # the notes of this long go together
+        while self._tally:
+            tally, self._tally = self._tally, Counter()
+            try:
+                await _queue_writes(self._client().pipeline(transaction=False), self._prefix, tally).execute()
+            except Exception as error:
+                _write_failed(error)
+
+    async def flush(self, timeout: float = 2.0) -> None:
+        """Wait, at most `timeout`, until the notes so far are written (or failed): `aclose()` does."""
+        task = self._task
+        if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+
+
+def parse_minute(key: Any, prefix: str) -> int | None:
+    text = key.decode() if isinstance(key, bytes) else str(key)
+    head, _, minute = text.rpartition(":")
+    return int(minute) if head == f"{prefix}:fleet" and minute.isdigit() else None
+
+
+def decode_minute(reply: Mapping[Any, Any]) -> dict[str, tuple[int, int]]:
+    """One minute's hash as {tool: (denied, warned)}."""
+    tools: dict[str, list[int]] = {}
+    for raw_field, raw_count in reply.items():
+        field = raw_field.decode("utf-8", "replace") if isinstance(raw_field, bytes) else str(raw_field)
+        kind, _, tool = field.partition(":")
+        if kind not in ("d", "w"):
+            continue
+        try:
+            count = int(raw_count)
+        except ValueError:
+            continue
+        tools.setdefault(tool, [0, 0])[kind == "w"] += count
+    return {tool: (d, w) for tool, (d, w) in tools.items()}
+
+
+def read_minutes(client: Any, prefix: str, minutes: int, now: float | None = None) -> list[
+        tuple[int, dict[str, tuple[int, int]]]]:
+    """The last `minutes` minutes (oldest first) as (unix minute, {tool: (denied, warned)}); reads only."""
+    last = int((time.time() if now is None else now) // 60)
+    wanted = list(range(last - min(minutes, RETENTION_MINUTES) + 1, last + 1))
+    pipe = client.pipeline(transaction=False)
+    for minute in wanted:
+        pipe.hgetall(fleet_key(prefix, minute))
+    replies = pipe.execute()
+    return [(minute, decode_minute(reply or {})) for minute, reply in zip(wanted, replies, strict=True)]

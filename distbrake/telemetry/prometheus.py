@@ -1,0 +1,75 @@
+"""Prometheus: the brake's instruments as prometheus-client metrics on the caller's `CollectorRegistry`.
+
+Imported only when a brake is given `prometheus_registry=` (the
+`distbrake[prometheus]` extra); never by `import distbrake`. The metrics are
+registered on that registry alone (never the global one); two brakes given
+the same registry share its metrics.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from .recorder import BACKEND_ERRORS, CHECKS, DURATION, DURATION_BUCKETS, FALLBACK, SCRIPT_LOADS, Outcome, Recorder
+
+__all__ = ["PrometheusRecorder"]
+
+_lock = threading.Lock()
+# The metrics registered on each registry (a registry refuses a name twice).
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _name(otel_name: str) -> str:
+    return otel_name.replace(".", "_")
+
+
+def _metrics(registry: CollectorRegistry) -> tuple[Any, ...]:
+    with _lock:
+        found = _registered.get(registry)
+        if found is None:
+            found = (
+                Counter(_name(CHECKS[0]), CHECKS[1], ("tool", "outcome", "decided_by"), registry=registry),
+                Histogram(_name(DURATION[0]) + "_seconds", DURATION[1], ("decided_by",),
+                          buckets=(*DURATION_BUCKETS, float("inf")), registry=registry),
+                Counter(_name(BACKEND_ERRORS[0]), BACKEND_ERRORS[1], ("error_type",), registry=registry),
+                Counter(_name(FALLBACK[0]), FALLBACK[1], ("policy",), registry=registry),
+                Counter(_name(SCRIPT_LOADS[0]), SCRIPT_LOADS[1], registry=registry),
+            )
+            _registered[registry] = found
+        return found
+
+
+class PrometheusRecorder(Recorder):
+    """`distbrake_checks_total`, `distbrake_check_duration_seconds`, ... on `registry`."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._checks, self._duration, self._errors, self._fallback, self._loads = _metrics(registry)
+        self._children: dict[tuple[str, str, str], Any] = {}
+        self._timers: dict[str, Any] = {}
+
+    def check(self, tool: str, outcome: Outcome, decided_by: str, seconds: float | None) -> None:
+        key = (tool, outcome, decided_by)
+        child = self._children.get(key)
+        if child is None:
+            if len(self._children) >= 4096:
+                self._children.clear()
+            child = self._children[key] = self._checks.labels(tool, outcome, decided_by)
+        child.inc()
+        if seconds is not None:
+            timer = self._timers.get(decided_by)
+            if timer is None:
+                timer = self._timers[decided_by] = self._duration.labels(decided_by)
+            timer.observe(seconds)
+
+    def backend_error(self, error_type: str) -> None:
+        self._errors.labels(error_type).inc()
+
+    def fallback(self, policy: str) -> None:
+        self._fallback.labels(policy).inc()
+
+    def script_load(self) -> None:
+        self._loads.inc()

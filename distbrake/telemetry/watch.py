@@ -1,0 +1,169 @@
+"""`Watch`: what a check reports when anything observes the brake (recorders, callbacks, the fleet view).
+
+Chosen once when the brake is built (`build_watch`); a brake with nothing to
+report has no `Watch` and its check pays one attribute test. Sync and async
+brakes share every step but the `await` (`run` / `arun`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BrakeUnavailableError, LoopBrakeError
+from ..session import resolve_call_id
+from .callbacks import Callback, run_callback
+from .fleet import AsyncFleetWriter, FleetWriter
+from .recorder import TOOL_CHARS, Outcome, Recorder
+
+if TYPE_CHECKING:
+    from ..core import Verdict
+
+__all__ = ["Fanout", "Watch", "decided_by_of", "mark_decided_by"]
+
+_MARK = "_distbrake_decided_by"
+_clock = time.perf_counter
+
+
+def mark_decided_by(error: LoopBrakeError, decided_by: str) -> None:
+    """Note on a denial who decided it, when that is not the brake's own backend (the fallback)."""
+    vars(error)[_MARK] = decided_by
+
+
+def decided_by_of(error: LoopBrakeError, default: str) -> str:
+    return str(vars(error).get(_MARK, default))
+
+
+class Fanout(Recorder):
+    """Several recorders as one."""
+
+    def __init__(self, recorders: list[Recorder]) -> None:
+        self._recorders = recorders
+
+    def check(self, tool: str, outcome: Outcome, decided_by: str, seconds: float | None) -> None:
+        for recorder in self._recorders:
+            recorder.check(tool, outcome, decided_by, seconds)
+
+    def backend_error(self, error_type: str) -> None:
+        for recorder in self._recorders:
+            recorder.backend_error(error_type)
+
+    def fallback(self, policy: str) -> None:
+        for recorder in self._recorders:
+            recorder.fallback(policy)
+
+    def script_load(self) -> None:
+        for recorder in self._recorders:
+            recorder.script_load()
+
+    def guardrail(self, result_type: str, reason: str, tool: str, call_id: str | None) -> None:
+        for recorder in self._recorders:
+            recorder.guardrail(result_type, reason, tool, call_id)
+
+
+def _call_id(call_id: object, context: object) -> str | None:
+    try:
+        return resolve_call_id(call_id, context)
+    except Exception:  # a bad call id failed the check already; the event just goes without one
+        return None
+
+
+class Watch:
+    """Reports each check of one brake: outcome and duration, denials and warnings, the fleet view."""
+
+    def __init__(
+        self, recorder: Recorder, *, decided_by: str, policy: str, on_deny: Callback | None = None,
+        on_warn: Callback | None = None, fleet: FleetWriter | AsyncFleetWriter | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self._decided_by = decided_by
+        self._policy = policy
+        self._on_deny = on_deny
+        self._on_warn = on_warn
+        self._fleet = fleet
+
+    def run(
+        self, check: Callable[[str, Any, object, object, object], Verdict],
+        tool: str, args: Any, session_id: object, call_id: object, context: object,
+    ) -> Verdict:
+        start = _clock()
+        try:
+            verdict = check(tool, args, session_id, call_id, context)
+        except LoopBrakeError as error:
+            self.denied(error, start, call_id, context)
+            raise
+        except BrakeUnavailableError:
+            self.recorder.fallback("closed")
+            raise
+        self.done(verdict, start, call_id, context)
+        return verdict
+
+    async def arun(
+        self, check: Callable[[str, Any, object, object, object], Awaitable[Verdict]],
+        tool: str, args: Any, session_id: object, call_id: object, context: object,
+    ) -> Verdict:
+        start = _clock()
+        try:
+            verdict = await check(tool, args, session_id, call_id, context)
+        except LoopBrakeError as error:
+            self.denied(error, start, call_id, context)
+            raise
+        except BrakeUnavailableError:
+            self.recorder.fallback("closed")
+            raise
+        self.done(verdict, start, call_id, context)
+        return verdict
+
+    def flush(self) -> None:
+        """Wait (bounded) for the fleet view's writes of a sync brake; the brake's `close()` calls it."""
+        if self._fleet is not None and not isinstance(self._fleet, AsyncFleetWriter):
+            self._fleet.flush()
+
+    async def aflush(self) -> None:
+        """The same for an async brake (`aclose()`)."""
+        if isinstance(self._fleet, AsyncFleetWriter):
+            await self._fleet.flush()
+
+    def done(self, verdict: Verdict, start: float, call_id: object, context: object) -> None:
+        seconds = _clock() - start
+        tool = verdict.tool_name[:TOOL_CHARS]
+        decided_by = verdict.decided_by
+        if decided_by in ("redis", "in-process"):  # the common case first
+            if verdict.warning is None and not (verdict.replayed or verdict.would_deny):
+                self.recorder.check(tool, "allowed", decided_by, seconds)
+                return
+        elif decided_by == "exempt":
+            self.recorder.check(tool, "exempt", "exempt", None)
+            return
+        else:  # fallback, fail-open
+            self.recorder.fallback(self._policy)
+        if verdict.replayed:  # the same call again: counted once, reported once
+            self.recorder.check(tool, "replayed", decided_by, seconds)
+        elif verdict.would_deny:
+            self.recorder.check(tool, "would_deny", decided_by, seconds)
+            self.recorder.guardrail(
+                "would_deny", f'loop brake: tool "{tool}" would be denied (shadow mode, count '
+                f"{verdict.count}, limit {verdict.max_repeats})", tool, _call_id(call_id, context))
+        elif verdict.warning is not None:
+            self.recorder.check(tool, "warned", decided_by, seconds)
+            self.recorder.guardrail("warned", verdict.warning, tool, _call_id(call_id, context))
+            if self._fleet is not None:
+                self._fleet.note("w", tool)
+            if self._on_warn is not None:
+                run_callback("on_warn", self._on_warn, verdict)
+        else:
+            self.recorder.check(tool, "allowed", decided_by, seconds)
+
+    def denied(self, error: LoopBrakeError, start: float, call_id: object, context: object) -> None:
+        seconds = _clock() - start
+        tool = error.tool_name[:TOOL_CHARS]
+        decided_by = decided_by_of(error, self._decided_by)
+        if decided_by == "fallback":
+            self.recorder.fallback(self._policy)
+        self.recorder.check(tool, "denied", decided_by, seconds)
+        self.recorder.guardrail("denied", str(error), tool, _call_id(call_id, context))
+        if self._fleet is not None:
+            self._fleet.note("d", tool)
+        if self._on_deny is not None:
+            run_callback("on_deny", self._on_deny, error)

@@ -1,0 +1,96 @@
+"""`brake.health()` and the degraded/recovered log lines: once per outage; a wrong password or ACL is configuration."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+import pytest
+
+from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
+from tests.backends import Checker
+from tests.faults import RECOVERY_DEADLINE, until_redis
+from tests.servers import RedisServer
+
+PASSWORD = "pw-" + secrets.token_hex(8)
+WRONG = "wrong-" + secrets.token_hex(8)
+
+
+def build(flavour: str, url: str, **options: Any) -> Checker:
+    kind = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
+    return Checker(kind.from_url(url, timeout_seconds=1.0, **options))
+
+
+def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_an_in_process_brake_is_always_healthy() -> None:
+    health = LoopBrake().health()
+    assert (health.state, health.last_error, health.policy, health.ok) == ("ok", None, "local", True)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_health_flips_on_a_kill_and_back_calling_each_callback_once(
+    flavour: str, server: RedisServer, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="distbrake")
+    calls: list[str] = []
+    brake = build(flavour, server.url, on_backend_error="open", retry_after_seconds=0.05,
+                  on_degraded=lambda e: calls.append(type(e).__name__), on_recovered=lambda: calls.append("ok"))
+    await brake.check("t", 1, session_id="s")
+    before = brake.brake.health()
+    for outage in (1, 2):
+        server.kill()
+        for n in range(5):
+            assert (await brake.check("t", n, session_id="s")).decided_by == "fail-open"
+        down = brake.brake.health()
+        assert (down.state, down.last_error, down.policy) == ("degraded", "ConnectionError", "open")
+        assert down.since >= before.since
+        server.start()
+        await until_redis(brake, f"s{outage}", RECOVERY_DEADLINE)
+        up = brake.brake.health()
+        assert up.state == "ok" and up.since >= down.since
+        assert calls == ["ConnectionError", "ok"] * outage
+    lines = errors(caplog)
+    assert lines == [
+        "distbrake: checks are not braked (every call is allowed): Redis unreachable (ConnectionError); "
+        f"policy open (backend {server.url})"] * 2
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
+        f"distbrake: Redis at {server.url} answers again; streaks are shared again"] * 2
+    await brake.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_wrong_password_is_named_a_configuration_error(
+    flavour: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    with RedisServer(password=PASSWORD, name="auth") as server:
+        brake = build(flavour, server.url_with(password=WRONG))
+        verdict = await brake.check("t", 1)
+        assert verdict.decided_by == "fallback"
+        health = brake.brake.health()
+        assert health.state == "degraded"
+        assert health.last_error == "AuthenticationError (configuration: wrong password)"
+        [line] = errors(caplog)
+        assert line.startswith("distbrake: streaks are no longer shared across workers: Redis refused the brake "
+                               "(AuthenticationError (configuration: wrong password)): a configuration error, "
+                               "not an outage")
+        assert WRONG not in caplog.text and PASSWORD not in caplog.text
+        await brake.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_an_acl_refusal_is_named_a_configuration_error(
+    flavour: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    user = "noscript on >brake-pw ~distbrake:* resetchannels -@all +hget +hset +ping +script|load"
+    with RedisServer(acl_users=[user], name="acl") as server:
+        brake = build(flavour, server.url_with(username="noscript", password="brake-pw"))
+        assert (await brake.check("t", 1)).decided_by == "fallback"
+        health = brake.brake.health()
+        assert health.last_error == "NoPermissionError (configuration: ACL refusal)"
+        [line] = errors(caplog)
+        assert "(NoPermissionError (configuration: ACL refusal)): a configuration error, not an outage" in line
+        await brake.close()
