@@ -38,6 +38,11 @@ DECIDED_BY: tuple[DecidedBy, ...] = ("in-process", "redis", "fallback", "fail-op
 logger = logging.getLogger("distbrake")
 
 
+def printable(text: str) -> str:
+    """`text` as a log line may show it: control characters (a terminal's escape sequences) escaped."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 class Verdict(NamedTuple):
     """The answer to an allowed check (a denied one raises `LoopBrakeError`)."""
 
@@ -162,7 +167,7 @@ class BrakeCore:
             logger.warning(
                 'loop brake %s tool "%s" in session %r (call %s, count %d, limit %d, %s)',
                 "denied" if call.enforce else "would deny (shadow mode, not enforced)",
-                call.tool_name[:64], call.session_id[:128], call.hash_prefix, count, call.max_repeats,
+                printable(call.tool_name[:64]), call.session_id[:128], call.hash_prefix, count, call.max_repeats,
                 kind if cycle is None or kind == "repeat" else f"cycle of {cycle.period} calls",
             )
             if call.enforce:

@@ -271,3 +271,13 @@ def test_list_in_a_real_terminal_keeps_the_title_and_the_rows(
     assert len(intact) == len(HOSTILE_IDS), screen
     assert len(rows) == len(HOSTILE_IDS), screen
     assert lines[summary] == f"{len(HOSTILE_IDS)} of {len(HOSTILE_IDS)} session(s) shown"
+
+
+def test_the_denial_log_line_escapes_a_tool_name_s_control_characters(caplog: pytest.LogCaptureFixture) -> None:
+    from distbrake import LoopBrake, LoopBrakeError
+
+    brake = LoopBrake(1)
+    with caplog.at_level("WARNING", logger="distbrake"), pytest.raises(LoopBrakeError):
+        brake.check("evil\x1b[2J\x1b]0;owned\x07", {}, session_id="s")
+    line = caplog.records[-1].getMessage()
+    assert "\x1b" not in line and "\x07" not in line and "evil\\x1b[2J" in line

@@ -55,7 +55,21 @@ def _queue_writes(pipe: Any, prefix: str, tally: _Tally) -> Any:
     return pipe
 
 
+_refusal_logged = False  # a refused write is a configuration matter: said once per process
+
+
 def _write_failed(error: BaseException) -> None:
+    """A write that failed: an outage is the failure policy's news (DEBUG here); a refusal is said once."""
+    global _refusal_logged
+    if "NOPERM" in str(error)[:40] or type(error).__name__ == "NoPermissionError":
+        if not _refusal_logged:
+            _refusal_logged = True
+            logger.warning(
+                "distbrake: the fleet view is not written: the Redis user may not run HINCRBY and PEXPIRE on "
+                "the <prefix>:fleet:* keys (grant +hincrby; distbrake stats and top also need +hgetall); "
+                "checks are not affected"
+            )
+        return
     logger.debug("distbrake: the fleet view's counters were not written (%s)", type(error).__name__)
 
 
