@@ -17,6 +17,8 @@ from typing import Any, Unpack
 
 import redis
 import redis.exceptions
+import redis.retry
+from redis.backoff import NoBackoff
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
 from ..policy import NO_TRY
@@ -128,7 +130,10 @@ class DistributedBrake(SyncCheck, DistributedBase):
         connection = getattr(local, "connection", None)
         if connection is None or local.pid != os.getpid():  # first use, or a forked child
             pool = self.client.connection_pool  # its settings, outside its count of connections
-            connection = pool.connection_class(**pool.connection_kwargs)
+            # No retry inside the connection: `_on_connection` makes the one retry itself, so a
+            # check makes two attempts in all (each within its share of the timeout), never four.
+            kwargs = {**pool.connection_kwargs, "retry": redis.retry.Retry(NoBackoff(), 0)}
+            connection = pool.connection_class(**kwargs)
             local.connection, local.pid = connection, os.getpid()
             self._connections.add(connection)
         return connection
