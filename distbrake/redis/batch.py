@@ -1,0 +1,55 @@
+"""A batch's replies read at once: one hiredis reader for the whole batch, not one await per reply.
+
+redis.asyncio reads a pipeline's replies one `read_response` at a time, each
+a chain of coroutines and a timer. `read_replies` takes them from the
+connection's own hiredis reader (the parser redis-py built for it, so error
+replies are redis-py's exception classes) and awaits the socket only when
+the reader runs dry. Without hiredis, or on RESP3, it reads them the usual way.
+No per-read timer: the caller's deadline bounds the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+import redis.exceptions
+
+__all__ = ["read_replies"]
+
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
+
+
+async def read_replies(connection: Any, count: int) -> list[Any]:
+    """`count` replies from `connection`; an error reply is returned as its exception, not raised."""
+    parser = getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    if (
+        type(parser) is not _AsyncHiredisParser or reader is None
+        or not getattr(parser, "_connected", False) or getattr(connection, "protocol", 2) not in (2, "2", None)
+    ):
+        return await _one_by_one(connection, count)
+    replies: list[Any] = []
+    gets, fill = reader.gets, cast(Any, parser).read_from_socket
+    while len(replies) < count:
+        reply = gets()
+        if reply is NOT_ENOUGH_DATA:
+            try:
+                await fill()
+            except OSError as error:
+                raise redis.exceptions.ConnectionError(f"Error while reading: {error.args}") from error
+            continue
+        if isinstance(reply, redis.exceptions.ConnectionError):
+            raise reply
+        replies.append(reply)
+    return replies
+
+
+async def _one_by_one(connection: Any, count: int) -> list[Any]:
+    replies: list[Any] = []
+    for _ in range(count):
+        try:
+            replies.append(await connection.read_response(timeout=math.inf))
+        except redis.exceptions.ResponseError as error:
+            replies.append(error)
+    return replies
