@@ -25,7 +25,7 @@ from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
-from .connect import sync_client
+from .connect import LazyClient, sync_client
 from .topology import (
     INTERNAL_ERRORS,
     REDIRECT_ERRORS,
@@ -59,7 +59,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
             type(client) is redis.Redis and type(client.connection_pool) is redis.ConnectionPool
         )
         # A Cluster: each check goes straight to its master the same way (see `_on_cluster`).
-        self._cluster = isinstance(client, redis.cluster.RedisCluster)
+        self._cluster = isinstance(client, (redis.cluster.RedisCluster, LazyClient))  # (lazy: a Cluster's)
         # On the direct path each thread keeps one connection of its own (made by
         # the client's pool, never shared): no pool round trip per check.
         self._local = threading.local()
