@@ -4,7 +4,8 @@ redis.asyncio reads a pipeline's replies one `read_response` at a time, each
 a chain of coroutines and a timer. `read_replies` takes them from the
 connection's own hiredis reader (the parser redis-py built for it, so error
 replies are redis-py's exception classes) and awaits the socket only when
-the reader runs dry. Without hiredis, or on RESP3, it reads them the usual way.
+the reader runs dry (a RESP3 push goes to redis-py's handler, as it would).
+Without hiredis it reads them the usual way.
 No per-read timer: the caller's deadline bounds the whole batch.
 """
 
@@ -24,13 +25,12 @@ async def read_replies(connection: Any, count: int) -> list[Any]:
     """`count` replies from `connection`; an error reply is returned as its exception, not raised."""
     parser = getattr(connection, "_parser", None)
     reader = getattr(parser, "_reader", None)
-    if (
-        type(parser) is not _AsyncHiredisParser or reader is None
-        or not getattr(parser, "_connected", False) or getattr(connection, "protocol", 2) not in (2, "2", None)
-    ):
+    if type(parser) is not _AsyncHiredisParser or reader is None or not getattr(parser, "_connected", False):
         return await _one_by_one(connection, count)
+    hiredis_parser = cast(Any, parser)
+    push = getattr(hiredis_parser, "_hiredis_PushNotificationType", None) or _NoPush
     replies: list[Any] = []
-    gets, fill = reader.gets, cast(Any, parser).read_from_socket
+    gets, fill = reader.gets, hiredis_parser.read_from_socket
     while len(replies) < count:
         reply = gets()
         if reply is NOT_ENOUGH_DATA:
@@ -41,8 +41,15 @@ async def read_replies(connection: Any, count: int) -> list[Any]:
             continue
         if isinstance(reply, redis.exceptions.ConnectionError):
             raise reply
+        if isinstance(reply, push):  # RESP3: a push the server sent unasked is not a reply; redis-py handles it
+            await hiredis_parser.handle_push_response(reply)
+            continue
         replies.append(reply)
     return replies
+
+
+class _NoPush:
+    """No reply is one of these (hiredis without push notifications)."""
 
 
 async def _one_by_one(connection: Any, count: int) -> list[Any]:

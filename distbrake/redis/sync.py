@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any, Unpack
@@ -25,7 +26,7 @@ from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
-from .connect import LazyClient, sync_client
+from .connect import ATTEMPT_SHARE, LazyClient, sync_client
 from .topology import (
     INTERNAL_ERRORS,
     REDIRECT_ERRORS,
@@ -177,14 +178,16 @@ class DistributedBrake(SyncCheck, DistributedBase):
     def _on_connection(self, packed: bytes, pool: Any = None, name: str = "") -> Any:
         """Send one packed EVALSHA on this thread's connection (to `pool`'s server) and read its reply.
 
-        A lost connection is retried once on a fresh one, as the client's
-        `Retry(NoBackoff(), 1)` would (never a timeout: a check never waits
-        longer than its timeout); NOSCRIPT loads the script and sends again. An error reply leaves the connection as it
-        is; interrupted half-way, the connection is dropped, so no unread
-        reply is ever left on it.
+        A connection error or timeout is retried once on a fresh connection,
+        as the client's `Retry(NoBackoff(), 1)` would, when a whole attempt
+        still fits the check's timeout; NOSCRIPT loads the script and sends
+        again. An error reply leaves the connection as it is; interrupted
+        half-way, the connection is dropped, so no unread reply is ever left on it.
         """
         connection = self._connection(pool or self.client.connection_pool, name)
         try:
+            timeout = self.settings.timeout_seconds
+            deadline = time.monotonic() + timeout
             for attempt in (1, 2):
                 try:
                     connection.send_packed_command([packed])
@@ -195,10 +198,11 @@ class DistributedBrake(SyncCheck, DistributedBase):
                         connection.read_response()
                         connection.send_packed_command([packed])
                         return connection.read_response()
-                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as error:
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     connection.disconnect()
-                    # A timeout has had the check's whole time already: only a lost connection is retried.
-                    if attempt == 2 or isinstance(error, (redis.exceptions.TimeoutError, TimeoutError)):
+                    # Again only if a whole attempt still fits the check's timeout (a connect that
+                    # timed out has been tried twice by redis-py already).
+                    if attempt == 2 or time.monotonic() + timeout * ATTEMPT_SHARE > deadline:
                         raise
             raise AssertionError("unreachable")  # pragma: no cover  # noqa: TRY301
         except redis.exceptions.ResponseError:  # a whole reply was read: the connection is fine
