@@ -28,7 +28,7 @@ from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
-from .batch import read_replies
+from .batch import read_replies, write_all
 from .connect import async_client
 from .topology import (
     INTERNAL_ERRORS,
@@ -93,21 +93,49 @@ class _Coalescer:
         self._sender: asyncio.Task[None] | None = None
         # The direct path learns of a missing script from NOSCRIPT; so does the cluster path (per node).
         self._loaded = self._direct or self._cluster
+        # Whether the last batch held one check (one task checking at a time): then the next check,
+        # with nothing else queued or on the wire, is sent by its own task (`_alone`), not a sender's.
+        self._one_at_a_time = True
+        self._inline: asyncio.Future[None] | None = None  # done when the check sent so is answered
 
     async def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
+        if self._one_at_a_time and self._inline is None and not self._queue and (
+            self._sender is None or self._sender.done()
+        ):
+            return await self._alone(key, argv, deadline)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((key, argv, deadline, future))
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_all())
         return await future
 
+    async def _alone(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
+        """Send one check from the caller's task, a batch of its own (no sender task, no extra loop turn).
+
+        Checks that come meanwhile queue; their sender waits for this one, so
+        one batch is on the wire at a time, and a session's checks keep their order.
+        """
+        self._inline = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout_at(deadline):
+                reply = (await self._send([(key, argv, deadline, [])]))[0]
+        finally:
+            self._inline.set_result(None)
+            self._inline = None
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
     async def _send_all(self) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
+        while self._inline is not None:  # a check sent alone is on the wire: one batch at a time
+            await asyncio.shield(self._inline)
         loop = asyncio.get_running_loop()
         while self._queue:
             batch = self._next_batch(loop.time())
             if not batch:
                 continue
+            self._one_at_a_time = len(batch) == 1 and len(batch[0][3]) == 1
             sent_at = loop.time()
             try:
                 async with asyncio.timeout_at(min(run[2] for run in batch)):
@@ -311,7 +339,7 @@ class _Coalescer:
         try:
             for attempt in (1, 2):
                 try:
-                    await connection.send_packed_command(packed)
+                    await write_all(connection, packed)
                     return await read_replies(connection, len(batch))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     await connection.disconnect()
@@ -337,7 +365,7 @@ async def _on_node(node: Any, runs: list[_Run]) -> list[Any]:
     """Write `runs` to a cluster node in one send on one of its connections; read every reply."""
     connection = node.acquire_connection()
     try:
-        await connection.send_packed_command([resp_evalsha(key, argv) for key, argv, *_ in runs])
+        await write_all(connection, [resp_evalsha(key, argv) for key, argv, *_ in runs])
         return await read_replies(connection, len(runs))
     except BaseException:
         # Cancelled or failed half-way: no connection with unread replies goes back to the node.

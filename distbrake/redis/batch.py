@@ -1,4 +1,9 @@
-"""A batch's replies read at once: one hiredis reader for the whole batch, not one await per reply.
+"""A batch written and its replies read at once, without a timer or a task per write or per reply.
+
+redis.asyncio writes each command under `asyncio.wait_for` (a task and a
+timer per write); `write_all` writes a connected connection's batch straight
+to its stream. Both leave the timeout to the caller: the batch's deadline
+bounds the whole exchange.
 
 redis.asyncio reads a pipeline's replies one `read_response` at a time, each
 a chain of coroutines and a timer. `read_replies` takes them from the
@@ -6,7 +11,6 @@ connection's own hiredis reader (the parser redis-py built for it, so error
 replies are redis-py's exception classes) and awaits the socket only when
 the reader runs dry (a RESP3 push goes to redis-py's handler, as it would).
 Without hiredis it reads them the usual way.
-No per-read timer: the caller's deadline bounds the whole batch.
 """
 
 from __future__ import annotations
@@ -16,9 +20,26 @@ from typing import Any, cast
 
 import redis.exceptions
 
-__all__ = ["read_replies"]
+__all__ = ["read_replies", "write_all"]
 
 from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
+
+
+async def write_all(connection: Any, packed: list[bytes]) -> None:
+    """Write `packed` on `connection` (connecting it first the usual way, as redis-py would)."""
+    writer = getattr(connection, "_writer", None)
+    if writer is None or not connection.is_connected or getattr(connection, "health_check_interval", None):
+        await connection.send_packed_command(packed)
+        return
+    try:
+        writer.writelines(packed)
+        await writer.drain()
+    except OSError as error:
+        await connection.disconnect(nowait=True)
+        raise redis.exceptions.ConnectionError(f"Error while writing to socket: {error.args}") from error
+    except BaseException:  # interrupted half-way: the connection may hold half a command
+        await connection.disconnect(nowait=True)
+        raise
 
 
 async def read_replies(connection: Any, count: int) -> list[Any]:
