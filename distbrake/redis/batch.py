@@ -10,7 +10,9 @@ a chain of coroutines and a timer. `read_replies` takes them from the
 connection's own hiredis reader (the parser redis-py built for it, so error
 replies are redis-py's exception classes) and awaits the socket only when
 the reader runs dry (a RESP3 push goes to redis-py's handler, as it would).
-Without hiredis it reads them the usual way.
+Without hiredis it reads them the usual way. `exchange` is the same for
+one command on a sync connection: written to its socket, the reply taken
+from its hiredis reader (the socket's own timeout bounds each wait).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import Any, cast
 
 import redis.exceptions
 
-__all__ = ["read_replies", "write_all"]
+__all__ = ["exchange", "read_replies", "write_all"]
 
-from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser, _HiredisParser
 
 
 async def write_all(connection: Any, packed: list[bytes]) -> None:
@@ -81,3 +83,39 @@ async def _one_by_one(connection: Any, count: int) -> list[Any]:
         except redis.exceptions.ResponseError as error:
             replies.append(error)
     return replies
+
+
+def exchange(connection: Any, packed: bytes) -> Any:
+    """Send one packed command on a sync redis-py connection and return its reply (an error reply raised)."""
+    sock = getattr(connection, "_sock", None)
+    parser = getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    if sock is None or type(parser) is not _HiredisParser or reader is None or connection.health_check_interval:
+        connection.send_packed_command([packed])
+        return connection.read_response()
+    hiredis_parser = cast(Any, parser)
+    try:
+        sock.sendall(packed)
+    except TimeoutError:
+        connection.disconnect()
+        raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
+    except OSError as error:
+        connection.disconnect()
+        raise redis.exceptions.ConnectionError(f"Error while writing to socket: {error.args}") from error
+    push = getattr(hiredis_parser, "_hiredis_PushNotificationType", None) or _NoPush
+    while True:
+        reply = reader.gets()
+        while reply is NOT_ENOUGH_DATA:
+            try:
+                hiredis_parser.read_from_socket()
+            except TimeoutError:
+                raise redis.exceptions.TimeoutError("Timeout reading from socket") from None
+            except OSError as error:
+                raise redis.exceptions.ConnectionError(f"Error while reading: {error.args}") from error
+            reply = reader.gets()
+        if isinstance(reply, push):  # RESP3: a push the server sent unasked is not the reply
+            hiredis_parser.handle_push_response(reply)
+            continue
+        if isinstance(reply, (redis.exceptions.ResponseError, redis.exceptions.ConnectionError)):
+            raise reply
+        return reply

@@ -26,6 +26,7 @@ from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
+from .batch import exchange
 from .connect import ATTEMPT_SHARE, LazyClient, sync_client
 from .topology import (
     INTERNAL_ERRORS,
@@ -190,14 +191,11 @@ class DistributedBrake(SyncCheck, DistributedBase):
             deadline = time.monotonic() + timeout
             for attempt in (1, 2):
                 try:
-                    connection.send_packed_command([packed])
                     try:
-                        return connection.read_response()
+                        return exchange(connection, packed)
                     except redis.exceptions.NoScriptError:
-                        connection.send_packed_command([resp_script_load()])
-                        connection.read_response()
-                        connection.send_packed_command([packed])
-                        return connection.read_response()
+                        exchange(connection, resp_script_load())
+                        return exchange(connection, packed)
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     connection.disconnect()
                     # Again only if a whole attempt still fits the check's timeout (a connect that
