@@ -26,7 +26,7 @@ from ..redis.aio import AsyncDistributedBrake
 from ..redis.connect import async_client
 from ..settings import BrakeSettings
 from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
-from .bench_server import CONCURRENCY, FLOOR_SCRIPT, _brake, _memory_note
+from .bench_server import CONCURRENCY, FLOOR_SCRIPT, bench_brake, memory_note
 
 __all__ = ["LOAD_TASKS", "async_load", "async_one_task", "async_pipelined", "brake_rate", "measure"]
 
@@ -74,7 +74,7 @@ async def _against_floor(
     backend: BrakeSettings, key: str, ours: Callable[[AsyncDistributedBrake], Workload],
     floor: Callable[[Any, str], Workload], rounds: int, timeout_seconds: float, step: Step,
 ) -> tuple[float, float]:
-    brake = _brake(AsyncDistributedBrake, backend, f"bnch{uuid.uuid4().hex[:5]}", timeout_seconds)
+    brake = bench_brake(AsyncDistributedBrake, backend, f"bnch{uuid.uuid4().hex[:5]}", timeout_seconds)
     client = async_client(backend.parsed_url, timeout_seconds)
     try:
         sha = await client.script_load(FLOOR_SCRIPT)
@@ -107,7 +107,7 @@ def async_pipelined(
         rounds, timeout_seconds, step))
     return ratio_figure(
         "async_pipelined", f"async {CONCURRENCY} tasks vs pipelined EVALSHA return 1", "checks/s",
-        ours, floor_rate, at_least=1.0, note=_memory_note(backend), samples=rounds * CONCURRENCY * per_task,
+        ours, floor_rate, at_least=1.0, note=memory_note(backend), samples=rounds * CONCURRENCY * per_task,
     )
 
 
@@ -129,13 +129,13 @@ def async_one_task(
         rounds, timeout_seconds, step))
     return ratio_figure(
         "async_one_task", "async 1 task vs unpipelined EVALSHA return 1", "checks/s",
-        ours, floor_rate, at_least=1.0, note=_memory_note(backend), samples=rounds * calls,
+        ours, floor_rate, at_least=1.0, note=memory_note(backend), samples=rounds * calls,
     )
 
 
 async def _load(backend: BrakeSettings, per_task: int, load_per_task: int, rounds: int,
                 timeout_seconds: float, step: Step) -> tuple[float, float]:
-    brake = _brake(AsyncDistributedBrake, backend, f"bnch{uuid.uuid4().hex[:5]}", timeout_seconds)
+    brake = bench_brake(AsyncDistributedBrake, backend, f"bnch{uuid.uuid4().hex[:5]}", timeout_seconds)
     try:
         loaded, base = await measure(
             [brake_rate(brake, LOAD_TASKS, load_per_task), brake_rate(brake, CONCURRENCY, per_task)],
@@ -154,5 +154,5 @@ def async_load(
     loaded, base = asyncio.run(_load(backend, per_task, load_per_task, rounds, timeout_seconds, step))
     return ratio_figure(
         "async_load", f"async {LOAD_TASKS} tasks vs {CONCURRENCY} tasks", "checks/s", loaded, base,
-        at_least=0.9, note=_memory_note(backend), samples=rounds * LOAD_TASKS * load_per_task,
+        at_least=0.9, note=memory_note(backend), samples=rounds * LOAD_TASKS * load_per_task,
     )

@@ -24,7 +24,7 @@ from ..redis.sync import DistributedBrake
 from ..settings import BrakeSettings
 from .bench_async import brake_rate, measure
 from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
-from .bench_server import CONCURRENCY, DEFAULT_SESSIONS, _brake, memory_per_session
+from .bench_server import CONCURRENCY, DEFAULT_SESSIONS, bench_brake, memory_per_session
 
 __all__ = ["THREADS", "cluster_async", "cluster_memory", "cluster_sync"]
 
@@ -43,7 +43,7 @@ def _usable(single: BrakeSettings, cluster: BrakeSettings | None) -> bool:
 async def _async_rates(single: BrakeSettings, cluster: BrakeSettings, per_task: int, rounds: int,
                        timeout_seconds: float, step: Step) -> list[float]:
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brakes = [_brake(AsyncDistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
+    brakes = [bench_brake(AsyncDistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
     try:
         rates = await measure([brake_rate(b, CONCURRENCY, per_task) for b in brakes], rounds,
                               "cluster_async", step)
@@ -94,7 +94,7 @@ def cluster_sync(
     if cluster is None or not _usable(single, cluster):
         return _skipped(key, name, "checks/s", target)
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brakes = [_brake(DistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
+    brakes = [bench_brake(DistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
     sessions = [f"bench-{uuid.uuid4()}" for _ in range(THREADS)]
     try:
         runs = [_threads_rate(b, sessions, per_thread) for b in brakes]

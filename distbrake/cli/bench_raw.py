@@ -31,7 +31,7 @@ from ..redis.wire import encode_call, resp_evalsha, script_source
 from ..settings import BrakeSettings
 from .bench_floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
 from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
-from .bench_server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, _brake, _memory_note
+from .bench_server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
 
 __all__ = ["server_cost", "sync_check_raw"]
 
@@ -54,7 +54,7 @@ def sync_check_raw(
     if parsed.kind not in RAW_KINDS:
         return _skipped(key, name, "µs", target, "needs a redis:// or unix:// single node")
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brake = _brake(DistributedBrake, backend, prefix, timeout_seconds)
+    brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
     info = brake.client.info("server")
     raw = RawConnection(parsed, timeout_seconds)
     try:
@@ -94,7 +94,7 @@ def sync_check_raw(
         key, name, "µs", statistics.median(ours_m) * 1e6, statistics.median(floor_m) * 1e6,
         at_most=1.6, samples=rounds * block,
         note=" ".join(filter(None, (f"{how}; median of {rounds} rounds' medians "
-                                    f"(ratios {ratios[0]:.2f}-{ratios[-1]:.2f})", _memory_note(backend)))),
+                                    f"(ratios {ratios[0]:.2f}-{ratios[-1]:.2f})", memory_note(backend)))),
     )
 
 

@@ -42,7 +42,7 @@ MEMORY_TOOL = "get_weather_forecast"  # a realistic tool name (12-24 characters)
 AnyBrake = TypeVar("AnyBrake", DistributedBrake, AsyncDistributedBrake)
 
 
-def _brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeout: float) -> AnyBrake:
+def bench_brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeout: float) -> AnyBrake:
     """A brake of `kind` on `backend`'s server under `prefix`, failing closed (as `from_url` makes it)."""
     return kind(kind.connect(backend.parsed_url, timeout), url=backend.url, key_prefix=prefix,
                 timeout_seconds=timeout, on_backend_error="closed")
@@ -52,7 +52,7 @@ def _is_memory(backend: BrakeSettings) -> bool:
     return backend.parsed_url.kind == "memory"
 
 
-def _memory_note(backend: BrakeSettings) -> str:
+def memory_note(backend: BrakeSettings) -> str:
     if _is_memory(backend):
         return "memory:// is the embedded fakeredis (no network); the target is meant for a real Redis"
     return ""
@@ -72,7 +72,7 @@ def sync_check_latency(
     that is not looping).
     """
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brake = _brake(DistributedBrake, backend, prefix, timeout_seconds)
+    brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
     floor_client = sync_client(backend.parsed_url, timeout_seconds)
     try:
         sha = floor_client.script_load(FLOOR_SCRIPT)
@@ -104,7 +104,7 @@ def sync_check_latency(
     return ratio_figure(
         "sync_check_latency", "sync check latency (median)", "µs",
         statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
-        at_most=1.2, note=_memory_note(backend), samples=len(ours_t),
+        at_most=1.2, note=memory_note(backend), samples=len(ours_t),
     )
 
 
@@ -130,7 +130,7 @@ def rules_cost(
     """
     options, bound = RULES[key]
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    plain = _brake(DistributedBrake, backend, prefix, timeout_seconds)
+    plain = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
     ruled = DistributedBrake(plain.client, settings=load_settings(plain.settings, **options))
     try:
         plain_session, ruled_session = f"bench-{uuid.uuid4()}", f"bench-{uuid.uuid4()}"
@@ -161,7 +161,7 @@ def rules_cost(
     return ratio_figure(
         key, f"sync check with {name} vs rules off", "µs",
         statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
-        at_most=bound, note=_memory_note(backend), samples=len(ours_t),
+        at_most=bound, note=memory_note(backend), samples=len(ours_t),
     )
 
 
@@ -173,7 +173,7 @@ async def _async_throughput(
     timeout_seconds: float, step: Step,
 ) -> tuple[float, float]:
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
     floor_client = async_client(backend.parsed_url, timeout_seconds)
     sessions = [f"bench-{uuid.uuid4()}" for _ in range(concurrency)]
     floor_key = f"{prefix}:floor"
@@ -225,7 +225,7 @@ def async_throughput(
     )
     return ratio_figure(
         "async_throughput", f"async throughput, {concurrency} tasks", "checks/s", ours, floor,
-        at_least=2.0, note=_memory_note(backend), samples=rounds * concurrency * per_task,
+        at_least=2.0, note=memory_note(backend), samples=rounds * concurrency * per_task,
     )
 
 
@@ -252,14 +252,14 @@ async def _fill(
     measure: Callable[[], int],
 ) -> tuple[int, int, int]:
     """Fill `sessions` records; `used_memory` before and after, both with the brake's clients closed."""
-    brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
     try:  # warm up (script cache), then forget the warm-up record
         await brake.check("search", SMALL_ARGS[0], session_id="warm-up", call_id=_call_id())
         await brake.clear("warm-up")
     finally:
         await brake.aclose()
     before = await asyncio.to_thread(measure)
-    brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
     done = 0
 
     async def agent() -> None:  # 64 of these: a fleet's worth of concurrent checks
@@ -279,7 +279,7 @@ async def _fill(
         step(key, sessions, sessions)
         after = await asyncio.to_thread(measure)  # data only: the brake's clients are closed
     finally:
-        brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+        brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
         try:
             cleared = await brake.clear_all()
         finally:
