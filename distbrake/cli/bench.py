@@ -165,7 +165,7 @@ def run_bench(
         "async_one_task": lambda: async_one_task(
             b, timeout_seconds=t, step=step, **({"calls": 300} if quick else {}), **rounds),
         "async_load": lambda: async_load(
-            b, timeout_seconds=t, step=step, **({"per_task": 40, "load_per_task": 1} if quick else {}),
+            b, timeout_seconds=t, step=step, **({"per_task": 64, "load_per_task": 1} if quick else {}),
             **rounds),
         "cluster_async": lambda: cluster_async(
             b, c, timeout_seconds=t, step=step, **({"per_task": 40} if quick else {}), **rounds),
