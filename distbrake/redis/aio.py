@@ -152,10 +152,13 @@ class _Coalescer:
             for (*_, futures), reply in zip(batch, replies, strict=True):
                 if isinstance(reply, BaseException):
                     _fail(futures, reply)
-                    continue
-                for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
-                    if not future.done():
-                        future.set_result(one)
+                elif len(futures) == 1:
+                    if not futures[0].done():
+                        futures[0].set_result(reply)
+                else:
+                    for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
+                        if not future.done():
+                            future.set_result(one)
 
     def _next_batch(self, now: float) -> list[_Run]:
         """Up to MAX_BATCH runs, at most one per key; the other checks wait for the next batch.
@@ -188,8 +191,8 @@ class _Coalescer:
                 later.append(item)
         self._queue = later
         return [
-            (key, encode_run([item[1] for item in run]), min(item[2] for item in run),
-             [item[3] for item in run])
+            (key, run[0][1], run[0][2], [run[0][3]]) if len(run) == 1  # the common case: a run of one
+            else (key, encode_run([item[1] for item in run]), min(item[2] for item in run), [item[3] for item in run])
             for key, run in runs.items()
         ]
 
