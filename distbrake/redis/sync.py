@@ -43,6 +43,9 @@ __all__ = ["DistributedBrake"]
 SCAN_BATCH = 500
 # A key the slot map cannot place right now (a slot not covered, a node without a client yet).
 _UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
+# This process's pid, kept current in a forked child (no syscall per check).
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 class DistributedBrake(SyncCheck, DistributedBase):
@@ -62,6 +65,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
         )
         # A Cluster: each check goes straight to its master the same way (see `_on_cluster`).
         self._cluster = isinstance(client, (redis.cluster.RedisCluster, LazyClient))  # (lazy: a Cluster's)
+        self._nodes: Any = None  # the Cluster client's nodes manager, once it is built
         # On the direct path each thread keeps one connection of its own (made by
         # the client's pool, never shared): no pool round trip per check.
         self._local = threading.local()
@@ -120,7 +124,11 @@ class DistributedBrake(SyncCheck, DistributedBase):
         A timeout is the backend failing (no second wait).
         """
         try:
-            node = self.client.nodes_manager.get_node_from_slot(key_slot(key.encode("utf-8")))
+            nodes = self._nodes
+            if nodes is None:  # the client is built on first use (see connect.LazyClient)
+                nodes = self._nodes = self.client.nodes_manager
+            # The slot map as the client keeps it, read without its lock: a stale entry is a MOVED.
+            node = nodes.slots_cache[key_slot(key.encode("utf-8"))][0]
             pool = node.redis_connection.connection_pool
         except _UNROUTED:
             return self._evalsha(key, argv)
@@ -166,8 +174,8 @@ class DistributedBrake(SyncCheck, DistributedBase):
     def _connection(self, pool: Any, name: str) -> Any:
         """This thread's connection made from `pool`'s settings (outside its count of connections)."""
         local = self._local
-        if getattr(local, "pid", None) != os.getpid():  # first use, or a forked child
-            local.connections, local.pid = {}, os.getpid()
+        if getattr(local, "pid", None) != _PID[0]:  # first use, or a forked child
+            local.connections, local.pid = {}, _PID[0]
         mine = local.connections.get(name)
         if mine is None or mine[0] is not pool:  # new, or the cluster client made the node's pool anew
             if mine is not None:
