@@ -24,7 +24,14 @@ import redis.exceptions
 
 __all__ = ["exchange", "read_replies", "write_all"]
 
-from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser, _HiredisParser
+_HIREDIS: Any
+try:  # redis-py's own hiredis parsers: their reader, error classes and "not enough data" marker
+    from redis._parsers import hiredis as _HIREDIS
+    NOT_ENOUGH_DATA, ASYNC_PARSER, SYNC_PARSER = (
+        _HIREDIS.NOT_ENOUGH_DATA, _HIREDIS._AsyncHiredisParser, _HIREDIS._HiredisParser
+    )
+except (ImportError, AttributeError):  # pragma: no cover - another redis-py: every read goes the usual way
+    NOT_ENOUGH_DATA = ASYNC_PARSER = SYNC_PARSER = None
 
 
 async def write_all(connection: Any, packed: list[bytes]) -> None:
@@ -48,7 +55,7 @@ async def read_replies(connection: Any, count: int) -> list[Any]:
     """`count` replies from `connection`; an error reply is returned as its exception, not raised."""
     parser = getattr(connection, "_parser", None)
     reader = getattr(parser, "_reader", None)
-    if type(parser) is not _AsyncHiredisParser or reader is None or not getattr(parser, "_connected", False):
+    if type(parser) is not ASYNC_PARSER or reader is None or not getattr(parser, "_connected", False):
         return await _one_by_one(connection, count)
     hiredis_parser = cast(Any, parser)
     push = getattr(hiredis_parser, "_hiredis_PushNotificationType", None) or _NoPush
@@ -90,7 +97,7 @@ def exchange(connection: Any, packed: bytes) -> Any:
     sock = getattr(connection, "_sock", None)
     parser = getattr(connection, "_parser", None)
     reader = getattr(parser, "_reader", None)
-    if sock is None or type(parser) is not _HiredisParser or reader is None or connection.health_check_interval:
+    if sock is None or type(parser) is not SYNC_PARSER or reader is None or connection.health_check_interval:
         connection.send_packed_command([packed])
         return connection.read_response()
     hiredis_parser = cast(Any, parser)
