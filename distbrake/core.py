@@ -162,6 +162,14 @@ class BrakeCore:
         The streak rule comes first: a call at its limit is denied as a repeat
         even when it also completes a cycle.
         """
+        if count < call.max_repeats and cycle is None and (
+            call.warn_at is None or count < call.warn_at or not call.enforce
+        ):  # the common case, built positionally: (count, max_repeats, hash_prefix, session_id, tool_name,
+            # allowed, replayed, exempt, decided_by, warning, would_deny, observe_token)
+            return Verdict(
+                count, call.max_repeats, call.digest[:12], call.session_id, call.tool_name, True, replayed,
+                False, decided_by, None, False, call if call.progress else None,
+            )
         if count >= call.max_repeats or cycle is not None:
             kind = "repeat" if count >= call.max_repeats else "cycle"
             logger.warning(

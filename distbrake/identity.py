@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import math
 import re
@@ -391,10 +392,15 @@ def call_hash(tool: str, args: Any) -> str:
     """sha256 hex of `tool + "\\n" + canonical_json(args)`: the identity of a call."""
     if type(tool) is not str and not isinstance(tool, str):
         raise TypeError(f"tool name must be a str, not {type(tool).__name__}")
-    digest = hashlib.sha256(_tool_bytes(tool))
-    digest.update(b"\n")
+    digest = _tool_head(tool).copy()
     digest.update(canonical_json_bytes(args))
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _tool_head(tool: str) -> hashlib._Hash:
+    """sha256 of `tool + "\n"`, taken once per tool name (each call hash goes on from a copy)."""
+    return hashlib.sha256(_tool_bytes(tool) + b"\n")
 
 
 def hash_prefix(digest: str) -> str:

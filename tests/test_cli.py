@@ -437,6 +437,42 @@ def test_bench_prices_the_rules_against_the_same_check_with_rules_off(redis_url:
         assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
 
 
+def test_bench_prices_the_physical_floors_and_the_cluster(redis_url: str, cluster_url: str) -> None:
+    """The raw-socket, pipelined and realistic-path floors on a single node, the Cluster figures against it."""
+    floors = ("sync_check_raw", "async_pipelined", "async_one_task", "async_load", "server_cost")
+    clustered = ("cluster_async", "cluster_sync", "cluster_memory")
+    only = [arg for key in (*floors, *clustered) for arg in ("--only", key)]
+    result = run("--url", redis_url, "bench", "--quick", "--json", "--pin-cpu", "--sessions", "300",
+                 "--cluster-url", cluster_url, *only)
+    report = as_json(result)
+    assert result.returncode == (0 if report["passed"] else 5), result.stderr
+    figures = {f["key"]: f for f in report["figures"]}
+    assert set(figures) == {*floors, *clustered}
+    targets = {"sync_check_raw": "<= 1.6x", "async_pipelined": ">= 1x", "async_one_task": ">= 1x",
+               "async_load": ">= 0.9x", "server_cost": ">= 0.3x", "cluster_async": ">= 0.8x",
+               "cluster_sync": ">= 0.8x", "cluster_memory": "<= 265 B"}
+    assert {key: f["target"] for key, f in figures.items()} == targets
+    for key, figure in figures.items():
+        if key == "cluster_memory":
+            assert 50 < figure["ours"] < 2000 and figure["passed"] == (figure["ours"] <= 265)
+            continue
+        assert figure["ours"] > 0 and figure["floor"] > 0, key
+        assert figure["ratio"] == pytest.approx(figure["ours"] / figure["floor"])
+        bound, ratio = float(figure["target"][3:-1]), figure["ratio"]
+        assert figure["passed"] == (ratio <= bound if figure["target"][0] == "<" else ratio >= bound)
+    assert "pinned to CPU" in figures["sync_check_raw"]["note"]
+    assert "fresh call id" in figures["server_cost"]["note"]
+    with DistributedBrake.from_url(redis_url) as brake:
+        assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
+    with DistributedBrake.from_url(cluster_url) as brake:
+        assert list(brake.sessions()) == []
+
+    skipped = as_json(run("--url", redis_url, "bench", "--quick", "--json", "--only", "cluster_async"))
+    assert skipped["figures"][0]["passed"] is None and "--cluster-url" in skipped["figures"][0]["note"]
+    wrong = run("--url", redis_url, "bench", "--quick", "--cluster-url", redis_url, "--only", "cluster_async")
+    assert wrong.returncode == 2 and "redis+cluster://" in wrong.stderr
+
+
 def test_bench_prices_start_up_against_the_dependencies_own() -> None:
     result = run("bench", "--quick", "--json", "--only", "import_time", "--only", "cli_startup")
     report = as_json(result)

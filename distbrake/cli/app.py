@@ -74,6 +74,11 @@ class App:
         self._settings.clear()
         self._secrets = None
 
+    def remember_url(self, url: str) -> None:
+        """Another URL of this run (a command's own option): its password is secret too."""
+        self._urls.append(url)
+        self._secrets = None
+
     def given(self) -> dict[str, Any]:
         """The settings given on the command line (the "argument" source)."""
         return {

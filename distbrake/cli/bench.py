@@ -20,7 +20,10 @@ from rich.text import Text
 from ..errors import LoopBrakeError
 from ..settings import BrakeSettings
 from .app import App, command
+from .bench_async import LOAD_TASKS, async_load, async_one_task, async_pipelined
+from .bench_cluster import THREADS, cluster_async, cluster_memory, cluster_sync
 from .bench_local import Figure, Step, call_hash_1mb, cli_startup, import_time, inprocess_check, no_step
+from .bench_raw import server_cost, sync_check_raw
 from .bench_server import (
     CONCURRENCY,
     DEFAULT_SESSIONS,
@@ -30,7 +33,6 @@ from .bench_server import (
     async_throughput,
     memory_per_session,
     rules_cost,
-    server_cost,
     sync_check_latency,
 )
 from .bench_telemetry import ASYNC_NAME, SYNC_NAME, otel_async_check, otel_sync_check
@@ -46,14 +48,21 @@ from .output import (
 
 STAGES = {
     "sync_check_latency": ("sync check latency (median)", "µs", "<= 1.2x"),
+    "sync_check_raw": ("sync check vs raw-socket EVALSHA return 1", "µs", "<= 1.6x"),
     **{key: (STAGE_NAMES[key], "µs", f"<= {bound:g}x") for key, (_, bound) in RULES.items()},
     "async_throughput": (f"async throughput, {CONCURRENCY} tasks", "checks/s", ">= 2x"),
+    "async_pipelined": (f"async {CONCURRENCY} tasks vs pipelined EVALSHA return 1", "checks/s", ">= 1x"),
+    "async_one_task": ("async 1 task vs unpipelined EVALSHA return 1", "checks/s", ">= 1x"),
+    "async_load": (f"async {LOAD_TASKS} tasks vs {CONCURRENCY} tasks", "checks/s", ">= 0.9x"),
+    "cluster_async": (f"Cluster async {CONCURRENCY} tasks vs single node", "checks/s", ">= 0.8x"),
+    "cluster_sync": (f"Cluster sync {THREADS} threads vs single node", "checks/s", ">= 0.8x"),
     "memory_per_session": ("Redis memory per session", "bytes", "<= 240 B"),
+    "cluster_memory": ("Redis memory per session, Cluster", "bytes", "<= 265 B"),
     "inprocess_check": ("in-process LoopBrake.check", "µs", "<= 1.5x"),
     "call_hash_1mb": ("call_hash of a ~1 MB dict", "ms", "<= 0.5x"),
     "import_time": ("import distbrake vs import redis, pydantic_settings", "ms", "<= 1.1x"),
     "cli_startup": ("distbrake --version / --help vs import click", "ms", "<= 2x"),
-    "server_cost": ("server cost: script rate vs return 1 (-P 16)", "req/s", ">= 0.25x"),
+    "server_cost": ("server cost, realistic path: script vs return 1", "req/s", ">= 0.3x"),
     "otel_sync_check": (SYNC_NAME, "µs", "<= 1.1x"),
     "otel_async_check": (ASYNC_NAME, "µs", "<= 1.1x"),
 }
@@ -125,31 +134,49 @@ def parse_targets(texts: Collection[str]) -> dict[str, float]:
 def run_bench(
     backend: BrakeSettings, *, quick: bool = False, sessions: int | None = None,
     timeout_seconds: float = 5.0, step: Step = no_step, only: Collection[str] = (),
-    targets: Mapping[str, float] | None = None,
+    targets: Mapping[str, float] | None = None, pin_cpu: bool = False, cluster: BrakeSettings | None = None,
 ) -> BenchReport:
     """Every figure (or those named in `only`), in the order of `STAGES`, on `backend`'s URL.
 
     `quick` is a small run (seconds, noisier figures); `targets` replaces the
-    bound of the figures it names (see `with_target`).
+    bound of the figures it names (see `with_target`); `pin_cpu` pins client
+    and (local) server to one CPU for `sync_check_raw`; `cluster` is the
+    Cluster of the Cluster figures (skipped without it).
     """
     targets = targets or {}
     if sessions is None:
         sessions = QUICK_SESSIONS if quick else DEFAULT_SESSIONS
-    b, t = backend, timeout_seconds
+    b, t, c = backend, timeout_seconds, cluster
+    rounds = {"rounds": 5} if quick else {}
     runs: dict[str, Callable[[], Figure]] = {
         "sync_check_latency": (
             (lambda: sync_check_latency(b, rounds=4, block=150, warmup=100,
                                         timeout_seconds=t, step=step))
             if quick else (lambda: sync_check_latency(b, timeout_seconds=t, step=step))
         ),
+        "sync_check_raw": lambda: sync_check_raw(
+            b, timeout_seconds=t, step=step, pin_cpu=pin_cpu,
+            **({"rounds": 5, "block": 150, "warmup": 100} if quick else {})),
         **{key: functools.partial(rules_cost, b, key, timeout_seconds=t, step=step, **(
             {"rounds": 4, "block": 150, "warmup": 100} if quick else {})) for key in RULES},
         "async_throughput": (
             (lambda: async_throughput(b, per_task=40, rounds=3, timeout_seconds=t, step=step))
             if quick else (lambda: async_throughput(b, timeout_seconds=t, step=step))
         ),
+        "async_pipelined": lambda: async_pipelined(
+            b, timeout_seconds=t, step=step, **({"per_task": 40} if quick else {}), **rounds),
+        "async_one_task": lambda: async_one_task(
+            b, timeout_seconds=t, step=step, **({"calls": 300} if quick else {}), **rounds),
+        "async_load": lambda: async_load(
+            b, timeout_seconds=t, step=step, **({"per_task": 64, "load_per_task": 1} if quick else {}),
+            **rounds),
+        "cluster_async": lambda: cluster_async(
+            b, c, timeout_seconds=t, step=step, **({"per_task": 40} if quick else {}), **rounds),
+        "cluster_sync": lambda: cluster_sync(
+            b, c, timeout_seconds=t, step=step, **({"per_thread": 50} if quick else {}), **rounds),
         "memory_per_session": lambda: memory_per_session(
             b, sessions=sessions, timeout_seconds=t, step=step),
+        "cluster_memory": lambda: cluster_memory(c, sessions=sessions, timeout_seconds=t, step=step),
         "inprocess_check": (
             (lambda: inprocess_check(rounds=5, block=1000, step=step))
             if quick else (lambda: inprocess_check(step=step))
@@ -161,7 +188,7 @@ def run_bench(
         "import_time": lambda: import_time(rounds=5 if quick else 15, step=step),
         "cli_startup": lambda: cli_startup(rounds=5 if quick else 15, step=step),
         "server_cost": lambda: server_cost(
-            b, requests=20_000 if quick else 200_000, timeout_seconds=t),
+            b, requests=20_000 if quick else 200_000, timeout_seconds=t, step=step),
         "otel_sync_check": (
             (lambda: otel_sync_check(b, rounds=4, block=150, warmup=100, timeout_seconds=t, step=step))
             if quick else (lambda: otel_sync_check(b, timeout_seconds=t, step=step))
@@ -207,25 +234,31 @@ def _figure_value(value: float | None, unit: str) -> str:
               help="Sessions for the memory figure (default 20000; --quick 2000).")
 @click.option("--only", "only", multiple=True, metavar="FIGURE", type=click.Choice(list(STAGES)),
               help="Measure only this figure (repeatable).")
+@click.option("--pin-cpu", is_flag=True,
+              help="Pin the bench and a local server to one CPU for sync_check_raw (the state of a "
+                   "busy machine, reproduced steadily).")
+@click.option("--cluster-url", metavar="URL", default=None,
+              help="A redis+cluster:// URL for the Cluster figures (skipped without one).")
 @click.option("--target", "targets", multiple=True, metavar="FIGURE=BOUND",
               help="Judge FIGURE against BOUND instead of its own target, in the same direction "
                    "(a ratio; bytes for memory_per_session), e.g. sync_check_latency=1.5 "
                    "(repeatable).")
 def bench_command(
     app: App, *, quick: bool, sessions: int | None, only: tuple[str, ...],
-    targets: tuple[str, ...], as_json: bool,
+    targets: tuple[str, ...], as_json: bool, pin_cpu: bool, cluster_url: str | None,
 ) -> None:
     """Benchmark against the server at --url, as ratios to that server's own floor.
 
     \b
-    (a) sync check latency vs redis-py EVALSHA `return 1`       target <= 1.2x
-    (b) async throughput at 64 tasks vs unpipelined EVALSHA      target >= 2x
-    (c) Redis memory per session (real Redis only)               target <= 240 B
-    (d) LoopBrake.check vs sha256(json.dumps(args, sort_keys))   target <= 1.5x
-        call_hash of ~1 MB vs json.dumps(sort_keys) + sha256     target <= 0.5x
-    (e) server cost: redis-benchmark -P 16, script vs return 1   target >= 0.25x
-    (f) OpenTelemetry on (SDK + reader) vs off: sync check       target <= 1.1x
-        and async time per check at 64 tasks                     target <= 1.1x
+    sync check vs redis-py EVALSHA `return 1`                    <= 1.2x
+    sync check vs raw-socket EVALSHA `return 1` (--pin-cpu)      <= 1.6x
+    async 64 tasks vs unpipelined / pipelined EVALSHA            >= 2x / 1x
+    async 1 task vs unpipelined; 4096 tasks vs 64 tasks          >= 1x; 0.9x
+    Cluster async 64 tasks, sync 8 threads vs single node        >= 0.8x
+    Redis memory per session, single node / Cluster              <= 240 / 265 B
+    LoopBrake.check vs sha256(json.dumps(args, sort_keys))       <= 1.5x
+    server cost per check, realistic path, vs return 1           >= 0.3x
+    OpenTelemetry on (SDK + reader) vs off: sync, async 64 tasks <= 1.1x each
 
     The memory figure writes N short-lived keys under a dedicated prefix and
     clears them: run it only on a server you may fill. Exit 5 when a figure
@@ -240,6 +273,14 @@ def bench_command(
 
     settings = app.settings()
     timeout = max(settings.timeout_seconds, 5.0)
+    cluster = None
+    if cluster_url is not None:
+        app.remember_url(cluster_url)
+        from ..redis.sync import DistributedBrake
+
+        cluster = DistributedBrake.settings_for_url(cluster_url, None)
+        if cluster.parsed_url.kind != "cluster":
+            raise click.UsageError("--cluster-url must be a redis+cluster:// URL")
     with app.open() as brake:  # fail fast (exit 4) when the server is not there
         brake.ping()
     progress = Progress(
@@ -255,7 +296,7 @@ def bench_command(
 
     with progress:
         report = run_bench(settings, quick=quick, sessions=sessions, timeout_seconds=timeout,
-                           step=step, only=only, targets=bounds)
+                           step=step, only=only, targets=bounds, pin_cpu=pin_cpu, cluster=cluster)
     if as_json:
         emit_json(report.to_json())
     else:

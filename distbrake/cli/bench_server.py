@@ -1,4 +1,4 @@
-"""The benchmark figures measured on the server at --url: latency, throughput, memory, server cost.
+"""The benchmark figures measured on the server at --url: latency, rules, throughput, memory.
 
 * `sync_check_latency`: a sync `DistributedBrake.check` (small arguments)
   against redis-py sending `EVALSHA` of `return 1` to the same server;
@@ -8,8 +8,8 @@
 * `memory_per_session`: Redis `used_memory` growth per session record (UUID
   session ids, 29-character call ids, TTL set), under a dedicated key prefix
   that is cleared afterwards (only on a real Redis: never `memory://`);
-* `server_cost`: the server's rate running the brake's script against
-  `EVALSHA return 1`, both with `redis-benchmark -P 16`.
+* (the raw-socket figures are in `bench_raw`, the other asyncio ones in
+  `bench_async`, the Cluster ones in `bench_cluster`).
 
 Each takes the run's settings for their backend URL (parsed once, never
 again); the benchmark's brakes use their own key prefix, fail closed, and take
@@ -19,10 +19,7 @@ any other setting from the environment.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import shutil
 import statistics
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -31,10 +28,8 @@ from typing import Any, TypeVar
 from ..redis.aio import AsyncDistributedBrake
 from ..redis.connect import async_client, sync_client
 from ..redis.sync import DistributedBrake
-from ..redis.wire import script_source
 from ..rules import ToolRules
 from ..settings import BrakeOptions, BrakeSettings, load_settings
-from ..urls import ParsedURL
 from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
 
 FLOOR_SCRIPT = "return 1"
@@ -48,7 +43,7 @@ MEMORY_TOOL = "get_weather_forecast"  # a realistic tool name (12-24 characters)
 AnyBrake = TypeVar("AnyBrake", DistributedBrake, AsyncDistributedBrake)
 
 
-def _brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeout: float) -> AnyBrake:
+def bench_brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeout: float) -> AnyBrake:
     """A brake of `kind` on `backend`'s server under `prefix`, failing closed (as `from_url` makes it)."""
     return kind(kind.connect(backend.parsed_url, timeout), url=backend.url, key_prefix=prefix,
                 timeout_seconds=timeout, on_backend_error="closed")
@@ -58,7 +53,7 @@ def _is_memory(backend: BrakeSettings) -> bool:
     return backend.parsed_url.kind == "memory"
 
 
-def _memory_note(backend: BrakeSettings) -> str:
+def memory_note(backend: BrakeSettings) -> str:
     if _is_memory(backend):
         return "memory:// is the embedded fakeredis (no network); the target is meant for a real Redis"
     return ""
@@ -78,7 +73,7 @@ def sync_check_latency(
     that is not looping).
     """
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brake = _brake(DistributedBrake, backend, prefix, timeout_seconds)
+    brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
     floor_client = sync_client(backend.parsed_url, timeout_seconds)
     try:
         sha = floor_client.script_load(FLOOR_SCRIPT)
@@ -110,7 +105,7 @@ def sync_check_latency(
     return ratio_figure(
         "sync_check_latency", "sync check latency (median)", "µs",
         statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
-        at_most=1.2, note=_memory_note(backend), samples=len(ours_t),
+        at_most=1.2, note=memory_note(backend), samples=len(ours_t),
     )
 
 
@@ -143,7 +138,7 @@ def rules_cost(
     """
     options, bound = RULES[key]
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    plain = _brake(DistributedBrake, backend, prefix, timeout_seconds)
+    plain = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
     ruled = DistributedBrake(plain.client, settings=load_settings(plain.settings, **options))
     try:
         plain_session, ruled_session = f"bench-{uuid.uuid4()}", f"bench-{uuid.uuid4()}"
@@ -175,7 +170,7 @@ def rules_cost(
     return ratio_figure(
         key, STAGE_NAMES[key], "µs",
         statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
-        at_most=bound, note=_memory_note(backend), samples=len(ours_t),
+        at_most=bound, note=memory_note(backend), samples=len(ours_t),
     )
 
 
@@ -187,7 +182,7 @@ async def _async_throughput(
     timeout_seconds: float, step: Step,
 ) -> tuple[float, float]:
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
     floor_client = async_client(backend.parsed_url, timeout_seconds)
     sessions = [f"bench-{uuid.uuid4()}" for _ in range(concurrency)]
     floor_key = f"{prefix}:floor"
@@ -239,7 +234,7 @@ def async_throughput(
     )
     return ratio_figure(
         "async_throughput", f"async throughput, {concurrency} tasks", "checks/s", ours, floor,
-        at_least=2.0, note=_memory_note(backend), samples=rounds * concurrency * per_task,
+        at_least=2.0, note=memory_note(backend), samples=rounds * concurrency * per_task,
     )
 
 
@@ -262,126 +257,74 @@ def _call_id() -> str:
 
 
 async def _fill(
-    backend: BrakeSettings, prefix: str, *, sessions: int, timeout_seconds: float, step: Step,
+    backend: BrakeSettings, prefix: str, *, sessions: int, timeout_seconds: float, step: Step, key: str,
     measure: Callable[[], int],
 ) -> tuple[int, int, int]:
-    brake = _brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
-    try:
-        # Warm up (script cache, connections), then forget the warm-up record.
+    """Fill `sessions` records; `used_memory` before and after, both with the brake's clients closed."""
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    try:  # warm up (script cache), then forget the warm-up record
         await brake.check("search", SMALL_ARGS[0], session_id="warm-up", call_id=_call_id())
         await brake.clear("warm-up")
-        before = await asyncio.to_thread(measure)
-        done = 0
-
-        async def agent() -> None:  # 64 of these: a fleet's worth of concurrent checks
-            nonlocal done
-            while done < sessions:
-                done += 1
-                await brake.check(MEMORY_TOOL, SMALL_ARGS[0], session_id=str(uuid.uuid4()),
-                                  call_id=_call_id())
-                if done % 500 == 0:
-                    step("memory_per_session", done, sessions)
-
-        try:
-            await asyncio.gather(*(agent() for _ in range(CONCURRENCY)))
-            step("memory_per_session", sessions, sessions)
-            after = await asyncio.to_thread(measure)
-        finally:
-            cleared = await brake.clear_all()
     finally:
         await brake.aclose()
+    before = await asyncio.to_thread(measure)
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    done = 0
+
+    async def agent() -> None:  # 64 of these: a fleet's worth of concurrent checks
+        nonlocal done
+        while done < sessions:
+            done += 1
+            await brake.check(MEMORY_TOOL, SMALL_ARGS[0], session_id=str(uuid.uuid4()),
+                              call_id=_call_id())
+            if done % 500 == 0:
+                step(key, done, sessions)
+
+    try:
+        try:
+            await asyncio.gather(*(agent() for _ in range(CONCURRENCY)))
+        finally:
+            await brake.aclose()
+        step(key, sessions, sessions)
+        after = await asyncio.to_thread(measure)  # data only: the brake's clients are closed
+    finally:
+        brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+        try:
+            cleared = await brake.clear_all()
+        finally:
+            await brake.aclose()
     return before, after, cleared
 
 
 def memory_per_session(
     backend: BrakeSettings, *, sessions: int = DEFAULT_SESSIONS, timeout_seconds: float = 5.0,
-    step: Step = no_step,
+    step: Step = no_step, key: str = "memory_per_session", bound: int = 240,
 ) -> Figure:
     """Redis `used_memory` growth per session record, under a dedicated prefix cleared afterwards.
 
     The prefix has the length of the default one ("distbrake", 9 characters),
-    so the keys are the size they are in production. Only on a real Redis
-    (and only on one you may fill with `sessions` short-lived keys).
+    so the keys are the size they are in production; `used_memory` is read
+    with the brake's clients closed (data only), summed over a cluster's
+    masters. Only on a real Redis (and only on one you may fill with
+    `sessions` short-lived keys).
     """
-    name, target = "Redis memory per session", "<= 240 B"
+    name = "Redis memory per session" + (", Cluster" if backend.parsed_url.kind == "cluster" else "")
+    target = f"<= {bound} B"
     if _is_memory(backend):
         return Figure(
-            "memory_per_session", name, "bytes", None, None, None, target, None,
+            key, name, "bytes", None, None, None, target, None,
             "skipped: memory:// has no used_memory; run with --url redis://... (a server you may fill)",
         )
     prefix = f"bench{uuid.uuid4().hex[:4]}"  # 9 characters, like "distbrake"
     info_client = sync_client(backend.parsed_url, timeout_seconds)
     try:
         before, after, cleared = asyncio.run(
-            _fill(backend, prefix, sessions=sessions, timeout_seconds=timeout_seconds, step=step,
+            _fill(backend, prefix, sessions=sessions, timeout_seconds=timeout_seconds, step=step, key=key,
                   measure=lambda: _used_memory(info_client))
         )
     finally:
         info_client.close()
     per = (after - before) / sessions
-    note = f"{sessions} sessions under prefix {prefix!r}, all cleared afterwards ({cleared})"
-    return Figure(
-        "memory_per_session", name, "bytes", per, None, None, target, per <= 240, note, sessions,
-    )
-
-
-# -- (e) server cost ------------------------------------------------------------------------
-
-
-def _benchmark_rate(parsed: ParsedURL, command: list[str], requests: int) -> float:
-    host, port = parsed.hosts[0]
-    argv = ["redis-benchmark", "-h", host, "-p", str(port), "-n", str(requests), "-P", "16",
-            "-q", "-r", str(SERVER_COST_SESSIONS), "--dbnum", str(parsed.db)]
-    if parsed.username:
-        argv += ["--user", parsed.username]
-    if parsed.password:
-        argv += ["-a", parsed.password, "--no-auth-warning"]
-    out = subprocess.run(
-        argv + command, capture_output=True, text=True, timeout=300, check=True
-    ).stdout
-    lines = [line for line in out.replace("\r", "\n").split("\n") if "requests per second" in line]
-    if not lines:
-        raise RuntimeError("redis-benchmark printed no rate")
-    return float(lines[-1].rsplit(":", 1)[1].split()[0])
-
-
-def server_cost(
-    backend: BrakeSettings, *, requests: int = 200_000, timeout_seconds: float = 5.0
-) -> Figure:
-    """Server throughput of the brake's script vs `EVALSHA return 1`, both with redis-benchmark -P 16.
-
-    Only on a single node reached over TCP without TLS; the script's keys go
-    under a dedicated prefix with a one-minute TTL and are deleted afterwards.
-    """
-    name, target = "server cost: script rate vs return 1 (-P 16)", ">= 0.25x"
-    parsed = backend.parsed_url
-    if parsed.kind != "redis" or parsed.tls or shutil.which("redis-benchmark") is None:
-        return Figure(
-            "server_cost", name, "req/s", None, None, None, target, None,
-            "skipped: needs redis-benchmark on PATH and a redis:// single node",
-        )
-    client = sync_client(parsed, timeout_seconds)
-    prefix = f"bench{uuid.uuid4().hex[:4]}"
-    try:
-        floor_sha = client.script_load("return 1")
-        ours_sha = client.script_load(script_source())
-        call = "A" * 16 + "C" * 5 + "B" * 5  # ARGV[1]: call hash 16, ttl 5, call id 5 (no NUL in argv)
-        ours_command = ["EVALSHA", ours_sha, "1", f"{prefix}:__rand_int__", call, "1000000",
-                        "60000", "\x06searchbench-session", "500", "1000000"]
-        floors, ourses = [], []
-        for _ in range(3):  # alternate, and take medians: the two share the machine's cores
-            floors.append(_benchmark_rate(parsed, ["EVALSHA", floor_sha, "0"], requests))
-            ourses.append(_benchmark_rate(parsed, ours_command, requests))
-        floor, ours = statistics.median(floors), statistics.median(ourses)
-        keys = client.scan_iter(match=f"{prefix}:*", count=1000)
-        while batch := list(itertools.islice(keys, 1000)):
-            client.delete(*batch)
-    finally:
-        client.close()
-    return ratio_figure(
-        "server_cost", name, "req/s", ours, floor, at_least=0.25,
-        note=(f"redis-benchmark -n {requests} -P 16 -r {SERVER_COST_SESSIONS} (sessions checked "
-              f"again and again, as in production), 3 alternating runs; keys under {prefix!r} deleted"),
-        samples=requests,
-    )
-
+    note = (f"{sessions} sessions under prefix {prefix!r}, clients closed when measured, "
+            f"all cleared afterwards ({cleared})")
+    return Figure(key, name, "bytes", per, None, None, target, per <= bound, note, sessions)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Unpack
 
 import redis.asyncio.cluster
 import redis.exceptions
+from redis.crc import key_slot
 
 from ..core import SessionState, Verdict
 from ..errors import EventLoopError
@@ -28,6 +28,7 @@ from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
+from .batch import read_replies, write_all
 from .connect import async_client
 from .topology import (
     INTERNAL_ERRORS,
@@ -93,21 +94,49 @@ class _Coalescer:
         self._sender: asyncio.Task[None] | None = None
         # The direct path learns of a missing script from NOSCRIPT; so does the cluster path (per node).
         self._loaded = self._direct or self._cluster
+        # Whether the last batch held one check (one task checking at a time): then the next check,
+        # with nothing else queued or on the wire, is sent by its own task (`_alone`), not a sender's.
+        self._one_at_a_time = True
+        self._inline: asyncio.Future[None] | None = None  # done when the check sent so is answered
 
     async def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
+        if self._one_at_a_time and self._inline is None and not self._queue and (
+            self._sender is None or self._sender.done()
+        ):
+            return await self._alone(key, argv, deadline)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((key, argv, deadline, future))
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_all())
         return await future
 
+    async def _alone(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
+        """Send one check from the caller's task, a batch of its own (no sender task, no extra loop turn).
+
+        Checks that come meanwhile queue; their sender waits for this one, so
+        one batch is on the wire at a time, and a session's checks keep their order.
+        """
+        self._inline = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout_at(deadline):
+                reply = (await self._send([(key, argv, deadline, [])]))[0]
+        finally:
+            self._inline.set_result(None)
+            self._inline = None
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
     async def _send_all(self) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
+        while self._inline is not None:  # a check sent alone is on the wire: one batch at a time
+            await asyncio.shield(self._inline)
         loop = asyncio.get_running_loop()
         while self._queue:
             batch = self._next_batch(loop.time())
             if not batch:
                 continue
+            self._one_at_a_time = len(batch) == 1 and len(batch[0][3]) == 1
             sent_at = loop.time()
             try:
                 async with asyncio.timeout_at(min(run[2] for run in batch)):
@@ -124,10 +153,13 @@ class _Coalescer:
             for (*_, futures), reply in zip(batch, replies, strict=True):
                 if isinstance(reply, BaseException):
                     _fail(futures, reply)
-                    continue
-                for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
-                    if not future.done():
-                        future.set_result(one)
+                elif len(futures) == 1:
+                    if not futures[0].done():
+                        futures[0].set_result(reply)
+                else:
+                    for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
+                        if not future.done():
+                            future.set_result(one)
 
     def _next_batch(self, now: float) -> list[_Run]:
         """Up to MAX_BATCH runs, at most one per key; the other checks wait for the next batch.
@@ -160,8 +192,8 @@ class _Coalescer:
                 later.append(item)
         self._queue = later
         return [
-            (key, encode_run([item[1] for item in run]), min(item[2] for item in run),
-             [item[3] for item in run])
+            (key, run[0][1], run[0][2], [run[0][3]]) if len(run) == 1  # the common case: a run of one
+            else (key, encode_run([item[1] for item in run]), min(item[2] for item in run), [item[3] for item in run])
             for key, run in runs.items()
         ]
 
@@ -191,16 +223,73 @@ class _Coalescer:
         return list(await pipe.execute(raise_on_error=False))
 
     async def _on_cluster(self, batch: list[_Run], sha: str) -> list[Any]:
-        """The cluster branch of `_pipeline`: one EVALSHA per run, a bounded number at a time.
+        """The cluster branch of `_pipeline`: the batch routed by slot, one packed pipeline per master.
 
-        redis-py's cluster pipeline refuses EVALSHA, so each run is its own
-        call (at most CLUSTER_CONCURRENCY at once: the client's pools are
-        bounded); a NOSCRIPT loads the script and sends those again. While the
-        cluster's topology changes (a reshard, a failover), a call redis-py's
-        cluster client failed inside itself, or whose redirect it gave up on,
-        is sent once more after the slot map is read again; failing again it
-        is a `ClusterTopologyError`, and the failure policy decides (see
-        `topology.py`). Safe: every run carries its call id.
+        Each master gets its runs in one write on one of its connections (all
+        masters at once), their replies read at once. A run whose master
+        redirected it (MOVED, ASK, TRYAGAIN) or failed inside redis-py (a node
+        gone from the slot map) is sent once more after the slot map is read
+        again, the retry of `_per_key`; one answered with CLUSTERDOWN or
+        NOSCRIPT, or whose master's pipeline failed otherwise (a lost
+        connection), goes the whole careful way, `_per_key`.
+        Safe: every run carries its call id, so a run that did reach Redis is a replay.
+        """
+        client = self._client
+        try:
+            # Learn the slot map once, up front, rather than from a burst of calls racing to it.
+            await client.initialize()
+        except INTERNAL_ERRORS as error:
+            if is_topology_error(error):
+                raise topology_error(error) from error
+            raise
+        groups: dict[str, tuple[Any, list[int]]] = {}
+        again: list[int] = []  # not sent, or failed otherwise: the whole careful way
+        retry: list[int] = []  # redirected (or the node failed inside redis-py): the retry after a refresh
+        manager = client.nodes_manager
+        for index, (key, *_) in enumerate(batch):
+            try:
+                node = manager.get_node_from_slot(key_slot(key.encode("utf-8")))
+            except _UNROUTED:
+                again.append(index)
+                continue
+            groups.setdefault(node.name, (node, []))[1].append(index)
+        replies: list[Any] = [None] * len(batch)
+        results = await asyncio.gather(
+            *(_on_node(node, [batch[i] for i in indexes]) for node, indexes in groups.values()),
+            return_exceptions=True,
+        )
+        for (_, indexes), result in zip(groups.values(), results, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, BaseException):
+                (retry if retry_after(result) else again).extend(indexes)
+                continue
+            for index, reply in zip(indexes, result, strict=True):
+                if retry_after(reply):
+                    retry.append(index)
+                elif isinstance(reply, _CAREFUL):
+                    again.append(index)
+                else:
+                    replies[index] = reply
+        for indexes, sent in ((again, False), (retry, True)):
+            if indexes:
+                for index, reply in zip(
+                    indexes, await self._per_key([batch[i] for i in indexes], sha, sent=sent), strict=True
+                ):
+                    replies[index] = reply
+        return replies
+
+    async def _per_key(self, batch: list[_Run], sha: str, *, sent: bool = False) -> list[Any]:
+        """One EVALSHA per run through the cluster client, a bounded number at a time.
+
+        redis-py's cluster client follows redirects itself (at most
+        CLUSTER_CONCURRENCY calls at once: its pools are bounded); a NOSCRIPT
+        loads the script and sends those again. While the cluster's topology
+        changes (a reshard, a failover), a call redis-py's cluster client
+        failed inside itself, or whose redirect it gave up on, is sent once
+        more after the slot map is read again; failing again it is a
+        `ClusterTopologyError`, and the failure policy decides (see `topology.py`).
+        `sent`: the runs were sent once already and failed so: only the retry is left.
         """
         client = self._client
 
@@ -228,15 +317,12 @@ class _Coalescer:
                     replies[index] = reply
             return replies
 
-        try:
-            # Learn the slot map once, up front, rather than from a burst of calls racing to it.
-            await client.initialize()
-        except INTERNAL_ERRORS as error:
-            if is_topology_error(error):
-                raise topology_error(error) from error
-            raise
-        replies = await attempt(batch)
-        again = [i for i, reply in enumerate(replies) if retry_after(reply)]
+        if sent:  # these were sent once already (the fast path), and failed as worth a retry: that was the first try
+            replies: list[Any] = [None] * len(batch)
+            again = list(range(len(batch)))
+        else:
+            replies = await attempt(batch)
+            again = [i for i, reply in enumerate(replies) if retry_after(reply)]
         if again:
             await arefresh_topology(client)
             for index, reply in zip(again, await attempt([batch[i] for i in again]), strict=True):
@@ -259,15 +345,8 @@ class _Coalescer:
         try:
             for attempt in (1, 2):
                 try:
-                    await connection.send_packed_command(packed)
-                    replies: list[Any] = []
-                    for _ in batch:
-                        try:
-                            # No per-read timer: the batch's deadline bounds every read.
-                            replies.append(await connection.read_response(timeout=math.inf))
-                        except redis.exceptions.ResponseError as error:
-                            replies.append(error)
-                    return replies
+                    await write_all(connection, packed)
+                    return await read_replies(connection, len(batch))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     await connection.disconnect()
                     if attempt == 2:
@@ -280,6 +359,26 @@ class _Coalescer:
             raise
         finally:
             await pool.release(connection)
+
+
+# Replies (besides redirects) that send a run of the fast cluster path again through `_per_key`.
+_CAREFUL = (redis.exceptions.ClusterDownError, redis.exceptions.NoScriptError)
+# A key the slot map cannot place right now (a slot not covered, a map being rebuilt): `_per_key` too.
+_UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
+
+
+async def _on_node(node: Any, runs: list[_Run]) -> list[Any]:
+    """Write `runs` to a cluster node in one send on one of its connections; read every reply."""
+    connection = node.acquire_connection()
+    try:
+        await write_all(connection, [resp_evalsha(key, argv) for key, argv, *_ in runs])
+        return await read_replies(connection, len(runs))
+    except BaseException:
+        # Cancelled or failed half-way: no connection with unread replies goes back to the node.
+        await connection.disconnect(nowait=True)
+        raise
+    finally:
+        node.release(connection)
 
 
 def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:

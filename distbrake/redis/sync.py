@@ -11,27 +11,41 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any, Unpack
 
 import redis
+import redis.cluster
 import redis.exceptions
-import redis.retry
-from redis.backoff import NoBackoff
+from redis.crc import key_slot
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
 from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
-from .connect import sync_client
-from .topology import is_topology_error, refresh_topology, retry_after, topology_error
+from .batch import exchange
+from .connect import ATTEMPT_SHARE, LazyClient, sync_client
+from .topology import (
+    INTERNAL_ERRORS,
+    REDIRECT_ERRORS,
+    is_topology_error,
+    refresh_topology,
+    retry_after,
+    topology_error,
+)
 from .wire import resp_evalsha, resp_script_load, script_sha, script_source
 
 __all__ = ["DistributedBrake"]
 
 SCAN_BATCH = 500
+# A key the slot map cannot place right now (a slot not covered, a node without a client yet).
+_UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
+# This process's pid, kept current in a forked child (no syscall per check).
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 class DistributedBrake(SyncCheck, DistributedBase):
@@ -49,6 +63,9 @@ class DistributedBrake(SyncCheck, DistributedBase):
         self._direct = (
             type(client) is redis.Redis and type(client.connection_pool) is redis.ConnectionPool
         )
+        # A Cluster: each check goes straight to its master the same way (see `_on_cluster`).
+        self._cluster = isinstance(client, (redis.cluster.RedisCluster, LazyClient))  # (lazy: a Cluster's)
+        self._nodes: Any = None  # the Cluster client's nodes manager, once it is built
         # On the direct path each thread keeps one connection of its own (made by
         # the client's pool, never shared): no pool round trip per check.
         self._local = threading.local()
@@ -68,6 +85,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
         try:
             reply = (
                 self._on_connection(resp_evalsha(key, argv)) if self._direct
+                else self._on_cluster(key, argv) if self._cluster
                 else self._evalsha(key, argv)
             )
         except BACKEND_ERRORS as error:
@@ -89,12 +107,39 @@ class DistributedBrake(SyncCheck, DistributedBase):
         try:
             if self._direct:
                 self._on_connection(resp_evalsha(key, argv))
+            elif self._cluster:
+                self._on_cluster(key, argv)
             else:
                 self._evalsha(key, argv)
         except BACKEND_ERRORS as error:
             self.observation_failed(error)
 
-    def _evalsha(self, key: str, argv: tuple[bytes | int, ...]) -> Any:
+    def _on_cluster(self, key: str, argv: tuple[bytes | int, ...]) -> Any:
+        """A Cluster check sent straight to its master, on this thread's connection to it.
+
+        The master comes from the client's slot map. A redirect (MOVED, ASK,
+        TRYAGAIN) is sent once more after the slot map is read again, the
+        retry of `_evalsha`; a key the map cannot place, CLUSTERDOWN, or a
+        master that refused the connection go the client's way, `_evalsha`.
+        A timeout is the backend failing (no second wait).
+        """
+        try:
+            nodes = self._nodes
+            if nodes is None:  # the client is built on first use (see connect.LazyClient)
+                nodes = self._nodes = self.client.nodes_manager
+            # The slot map as the client keeps it, read without its lock: a stale entry is a MOVED.
+            node = nodes.slots_cache[key_slot(key.encode("utf-8"))][0]
+            pool = node.redis_connection.connection_pool
+        except _UNROUTED:
+            return self._evalsha(key, argv)
+        try:
+            return self._on_connection(resp_evalsha(key, argv), pool, node.name)
+        except REDIRECT_ERRORS:
+            return self._evalsha(key, argv, sent=True)
+        except (redis.exceptions.ClusterDownError, redis.exceptions.ConnectionError):
+            return self._evalsha(key, argv)
+
+    def _evalsha(self, key: str, argv: tuple[bytes | int, ...], *, sent: bool = False) -> Any:
         """EVALSHA through the client (Cluster routes it); NOSCRIPT loads and sends again.
 
         On a Cluster whose topology changes under the check (a reshard, a
@@ -103,6 +148,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
         the slot map is read again; failing again, it is a `ClusterTopologyError`
         and the failure policy decides (see `topology.py`). Safe: the check
         carries its call id, so a resent check that did reach Redis is a replay.
+        `sent`: the check was sent once already (`_on_cluster`) and redirected: only the retry is left.
         """
         def once() -> Any:
             try:
@@ -112,11 +158,12 @@ class DistributedBrake(SyncCheck, DistributedBase):
                 self.client.script_load(script_source())
                 return self.client.evalsha(script_sha(), 1, key, *argv)
 
-        try:
-            return once()
-        except Exception as error:
-            if not retry_after(error):
-                raise
+        if not sent:
+            try:
+                return once()
+            except Exception as error:
+                if not retry_after(error):
+                    raise
         refresh_topology(self.client)
         try:
             return once()
@@ -125,45 +172,49 @@ class DistributedBrake(SyncCheck, DistributedBase):
                 raise topology_error(error) from error
             raise
 
-    def _connection(self) -> Any:
+    def _connection(self, pool: Any, name: str) -> Any:
+        """This thread's connection made from `pool`'s settings (outside its count of connections)."""
         local = self._local
-        connection = getattr(local, "connection", None)
-        if connection is None or local.pid != os.getpid():  # first use, or a forked child
-            pool = self.client.connection_pool  # its settings, outside its count of connections
-            # No retry inside the connection: `_on_connection` makes the one retry itself, so a
-            # check makes two attempts in all (each within its share of the timeout), never four.
-            kwargs = {**pool.connection_kwargs, "retry": redis.retry.Retry(NoBackoff(), 0)}
-            connection = pool.connection_class(**kwargs)
-            local.connection, local.pid = connection, os.getpid()
-            self._connections.add(connection)
-        return connection
+        if getattr(local, "pid", None) != _PID[0]:  # first use, or a forked child
+            local.connections, local.pid = {}, _PID[0]
+        mine = local.connections.get(name)
+        if mine is None or mine[0] is not pool:  # new, or the cluster client made the node's pool anew
+            if mine is not None:
+                mine[1].disconnect()
+            mine = local.connections[name] = (pool, pool.connection_class(**pool.connection_kwargs))
+            self._connections.add(mine[1])
+        return mine[1]
 
-    def _on_connection(self, packed: bytes) -> Any:
-        """Send one packed EVALSHA on this thread's connection and read its reply.
+    def _on_connection(self, packed: bytes, pool: Any = None, name: str = "") -> Any:
+        """Send one packed EVALSHA on this thread's connection (to `pool`'s server) and read its reply.
 
         A connection error or timeout is retried once on a fresh connection,
-        as the client's `Retry(NoBackoff(), 1)` would; NOSCRIPT loads the
-        script and sends again. Interrupted half-way, the connection is
-        dropped, so no unread reply is ever left on it.
+        as the client's `Retry(NoBackoff(), 1)` would, when a whole attempt
+        still fits the check's timeout; NOSCRIPT loads the script and sends
+        again. An error reply leaves the connection as it is; interrupted
+        half-way, the connection is dropped, so no unread reply is ever left on it.
         """
-        connection = self._connection()
+        connection = self._connection(pool or self.client.connection_pool, name)
         try:
+            timeout = self.settings.timeout_seconds
+            deadline = time.monotonic() + timeout
             for attempt in (1, 2):
                 try:
-                    connection.send_packed_command([packed])
                     try:
-                        return connection.read_response()
+                        return exchange(connection, packed)
                     except redis.exceptions.NoScriptError:
                         self.recorder.script_load()
-                        connection.send_packed_command([resp_script_load()])
-                        connection.read_response()
-                        connection.send_packed_command([packed])
-                        return connection.read_response()
+                        exchange(connection, resp_script_load())
+                        return exchange(connection, packed)
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     connection.disconnect()
-                    if attempt == 2:
+                    # Again only if a whole attempt still fits the check's timeout (a connect that
+                    # timed out has been tried twice by redis-py already).
+                    if attempt == 2 or time.monotonic() + timeout * ATTEMPT_SHARE > deadline:
                         raise
             raise AssertionError("unreachable")  # pragma: no cover  # noqa: TRY301
+        except redis.exceptions.ResponseError:  # a whole reply was read: the connection is fine
+            raise
         except BaseException:
             connection.disconnect()
             raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import random
 import re
 import uuid
 from collections.abc import Sequence
@@ -126,11 +127,17 @@ def key_pattern(key_prefix: str) -> str:
     return f"{key_prefix}:" + "?" * KEY_CHARS
 
 
+# Random call ids without a syscall per check: a generator of our own (never the `random`
+# module's, which a host may seed), seeded from os.urandom, and again in a forked child.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def _call_id_bytes(call_id: str | None) -> bytes:
     # Without a host call id, each check gets a random one, so that a retry
     # of this very check after a lost reply is still counted once.
     if call_id is None:
-        return os.urandom(5)
+        return _ids.getrandbits(40).to_bytes(5, "big")
     return hashlib.blake2b(_utf8(call_id), digest_size=5).digest()
 
 

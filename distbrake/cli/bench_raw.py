@@ -1,0 +1,163 @@
+"""The figures against the raw-socket floors: one sync check, and the server's cost per call.
+
+* `sync_check_raw`: a sync `DistributedBrake.check` (small arguments)
+  against a Python socket writing the pre-encoded bytes of `EVALSHA <sha of
+  "return 1"> 0` and parsing the reply with hiredis, one of each in turn.
+  With `--pin-cpu` the client and a local server share one CPU (the state
+  of a busy machine, reproduced steadily); without, on an idle machine each
+  round trip is dominated by CPU wake-ups, which hides the client's cost.
+* `server_cost`: the server's CPU time per `EVALSHA return 1` against per
+  check of the brake on the realistic path: 10,000 UUID sessions whose
+  streaks go on, each call with a fresh call id, so every check writes its
+  record. redis-benchmark cannot vary an argument's bytes per call, so the
+  load is ours: pre-encoded distinct checks (the bytes the brake sends)
+  written 16 per write on 4 connections, and the server's CPU time read
+  from INFO before and after. The figure is the ratio of the rates per
+  second of server CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+import uuid
+from typing import Any
+
+from ..core import PreparedCall
+from ..redis.connect import sync_client
+from ..redis.sync import DistributedBrake
+from ..redis.wire import encode_call, resp_evalsha, script_source
+from ..settings import BrakeSettings
+from .bench_floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
+from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+from .bench_server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
+
+__all__ = ["server_cost", "sync_check_raw"]
+
+CONNECTIONS = 4
+DEPTH = 16
+RAW_KINDS = ("redis", "unix")
+
+
+def _skipped(key: str, name: str, unit: str, target: str, why: str) -> Figure:
+    return Figure(key, name, unit, None, None, None, target, None, f"skipped: {why}")
+
+
+def sync_check_raw(
+    backend: BrakeSettings, *, rounds: int = 10, block: int = 500, warmup: int = 300,
+    timeout_seconds: float = 2.0, pin_cpu: bool = False, step: Step = no_step,
+) -> Figure:
+    """Median sync check vs the raw-socket `EVALSHA return 1` round trip, interleaved, per round."""
+    key, name, target = "sync_check_raw", "sync check vs raw-socket EVALSHA return 1", "<= 1.6x"
+    parsed = backend.parsed_url
+    if parsed.kind not in RAW_KINDS:
+        return _skipped(key, name, "µs", target, "needs a redis:// or unix:// single node")
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
+    info = brake.client.info("server")
+    raw = RawConnection(parsed, timeout_seconds)
+    try:
+        sha = raw.call(resp("SCRIPT", "LOAD", FLOOR_SCRIPT)).decode("ascii")
+        floor_bytes = resp("EVALSHA", sha, 0)
+        session = f"bench-{uuid.uuid4()}"
+        call, check = raw.call, brake.check
+
+        def pairs(n: int, ours_out: list[float], floor_out: list[float]) -> None:
+            clock = time.perf_counter
+            for i in range(n):
+                start = clock()
+                call(floor_bytes)
+                middle = clock()
+                check("search", SMALL_ARGS[i & 1], session_id=session)
+                end = clock()
+                floor_out.append(middle - start)
+                ours_out.append(end - middle)
+
+        with pinned(pin_cpu, server_pid(parsed, info)) as how:
+            pairs(warmup, [], [])
+            ours_m: list[float] = []
+            floor_m: list[float] = []
+            for index in range(rounds):
+                ours_t: list[float] = []
+                floor_t: list[float] = []
+                pairs(block, ours_t, floor_t)
+                ours_m.append(statistics.median(ours_t))
+                floor_m.append(statistics.median(floor_t))
+                step(key, index + 1, rounds)
+        brake.clear(session)
+    finally:
+        raw.close()
+        brake.close()
+    ratios = sorted(o / f for o, f in zip(ours_m, floor_m, strict=True))
+    return ratio_figure(
+        key, name, "µs", statistics.median(ours_m) * 1e6, statistics.median(floor_m) * 1e6,
+        at_most=1.6, samples=rounds * block,
+        note=" ".join(filter(None, (f"{how}; median of {rounds} rounds' medians "
+                                    f"(ratios {ratios[0]:.2f}-{ratios[-1]:.2f})", memory_note(backend)))),
+    )
+
+
+def _checks(prefix: str, sessions: list[str], digests: list[str], count: int, start: int) -> list[bytes]:
+    """`count` pre-encoded checks, session after session: each continues its streak with a fresh call id."""
+    ttl_ms, window_ms = 60_000, 5_000
+    out = []
+    for i in range(start, start + count):
+        index = i % len(sessions)
+        call = PreparedCall(MEMORY_TOOL, digests[index], sessions[index], None, 1_000_000)
+        out.append(resp_evalsha(*encode_call(call, prefix, ttl_ms, window_ms)))
+    return out
+
+
+def server_cost(
+    backend: BrakeSettings, *, requests: int = 200_000, rounds: int = 5, timeout_seconds: float = 5.0,
+    step: Step = no_step,
+) -> Figure:
+    """The brake's checks (realistic path) per second of server CPU vs `EVALSHA return 1`, interleaved."""
+    key, name, target = "server_cost", "server cost, realistic path: script vs return 1", ">= 0.3x"
+    parsed = backend.parsed_url
+    if parsed.kind not in RAW_KINDS:
+        return _skipped(key, name, "req/s", target, "needs a redis:// or unix:// single node")
+    prefix = f"bench{uuid.uuid4().hex[:4]}"
+    connections = [RawConnection(parsed, timeout_seconds) for _ in range(CONNECTIONS)]
+    info = RawConnection(parsed, timeout_seconds)
+    per_round = max(DEPTH * CONNECTIONS, requests // rounds)
+    try:
+        floor_sha = info.call(resp("SCRIPT", "LOAD", FLOOR_SCRIPT)).decode("ascii")
+        info.call(resp("SCRIPT", "LOAD", script_source()))
+        sessions = [str(uuid.uuid4()) for _ in range(SERVER_COST_SESSIONS)]
+        digests = [uuid.uuid4().hex * 2 for _ in sessions]
+        floor_calls = [resp("EVALSHA", floor_sha, 0)] * per_round
+        # Every session's streak starts first (not timed): the timed checks all continue one.
+        server_seconds_per_call(connections, info, _checks(prefix, sessions, digests, len(sessions), 0), DEPTH)
+        floors: list[float] = []
+        ourses: list[float] = []
+        done = len(sessions)
+        for index in range(rounds):
+            checks = _checks(prefix, sessions, digests, per_round, done)
+            done += per_round
+            floors.append(1 / server_seconds_per_call(connections, info, floor_calls, DEPTH))
+            ourses.append(1 / server_seconds_per_call(connections, info, checks, DEPTH))
+            step(key, index + 1, rounds)
+        _delete(parsed, prefix, timeout_seconds)
+    finally:
+        for connection in (*connections, info):
+            connection.close()
+    return ratio_figure(
+        key, name, "req/s", statistics.median(ourses), statistics.median(floors), at_least=0.3,
+        note=(f"per second of server CPU (INFO used_cpu_*): our raw-socket load, {DEPTH} pre-encoded "
+              f"commands per write on {CONNECTIONS} connections; {SERVER_COST_SESSIONS} UUID sessions, "
+              f"every check continuing its streak with a fresh call id; median of {rounds} alternating "
+              f"rounds of {per_round}; keys under {prefix!r} deleted"),
+        samples=rounds * per_round,
+    )
+
+
+def _delete(parsed: Any, prefix: str, timeout_seconds: float) -> None:
+    client = sync_client(parsed, timeout_seconds)
+    try:
+        keys = client.scan_iter(match=f"{prefix}:*", count=1000)
+        while batch := list(itertools.islice(keys, 1000)):
+            client.delete(*batch)
+    finally:
+        client.close()
