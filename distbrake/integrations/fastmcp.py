@@ -12,8 +12,9 @@
 raises `fastmcp.exceptions.ToolError(str(error))` (chained from the
 `LoopBrakeError`), which FastMCP returns as an ordinary tool error: the client
 gets `is_error=True` with the brake's text, unmasked even under
-`mask_error_details=True`. (A plain exception would reach the client as a
-JSON-RPC "Internal server error" instead.)
+`mask_error_details=True` (`fastmcp.Client.call_tool` raises it as a
+`ToolError` unless called with `raise_on_error=False`). A plain exception
+would reach the client as a JSON-RPC "Internal server error" instead.
 
 Which session a call belongs to -- the stateless-MCP trap
 ---------------------------------------------------------
