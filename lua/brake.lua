@@ -208,16 +208,20 @@ while kept > longest + 1 do
   kept = kept - 1
 end
 local period = 0
+local filled, newest = #entries, string.sub(entries, -6)
 for p = 2, longest do
   local span = p * repeats * 6
-  if #entries < span then
+  if filled < span then
     break
   end
-  local window = string.sub(entries, -span)
-  if string.sub(window, 1, span - p * 6) == string.sub(window, p * 6 + 1)
-      and string.sub(window, 1, p * 6) ~= string.rep(string.sub(window, 1, 6), p) then
-    period = p
-    break
+  -- first the one comparison that rules most calls out: this call against the one p calls before it
+  if newest == string.sub(entries, filled - p * 6 - 5, filled - p * 6) then
+    local window = string.sub(entries, -span)
+    if string.sub(window, 1, span - p * 6) == string.sub(window, p * 6 + 1)
+        and string.sub(window, 1, p * 6) ~= string.rep(string.sub(window, 1, 6), p) then
+      period = p
+      break
+    end
   end
 end
 local c = string.char(period, string.byte(periods, 1), #entries / 6) .. entries .. tools
