@@ -67,8 +67,9 @@ with the cycle completes it again. A replay gets the cycle answer its call got.
 Returns one integer for the run's last call: count * 4 + 2 * denied + replayed;
 the earlier calls of a run have the counts just below it. A call that completes
 a cycle gets an array instead: that integer (denied there means the streak
-rule's denial), the period p, the cycle's p ring entries (6 bytes each, in
-order, ending with this call) and their p tools (length byte and name each).
+rule's denial), the period p, the cycle's p ring entries (6 bytes each, as
+hex: a client that decodes replies as text reads them too, in order, ending
+with this call) and their p tools (length byte and name each).
 ]]
 local rcall = redis.call
 local key = KEYS[1]
@@ -118,7 +119,9 @@ local function cycle_reply(code, period, entries, tools, last)
   for i = #names - (#entries / 6 - last) - period + 1, #names - (#entries / 6 - last) do
     shown[#shown + 1] = string.char(#names[i]) .. names[i]
   end
-  return {code, period, string.sub(entries, (last - period) * 6 + 1, last * 6), table.concat(shown)}
+  local members = string.sub(entries, (last - period) * 6 + 1, last * 6)
+  local hex = (string.gsub(members, '.', function(byte) return string.format('%02x', string.byte(byte)) end))
+  return {code, period, hex, table.concat(shown)}
 end
 
 -- The ring of c as (periods, entries, tools part).

@@ -190,3 +190,18 @@ def test_cycle_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("DISTBRAKE_MAX_CYCLE_PERIOD", "9")
     with pytest.raises(ConfigurationError, match="environment variable DISTBRAKE_MAX_CYCLE_PERIOD"):
         LoopBrake()
+
+
+def test_a_client_that_decodes_replies_reads_a_cycle_denial_too(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
+    brake = DistributedBrake(client, max_cycle_period=2, cycle_repeats=2, on_backend_error="closed")
+    try:
+        for tool, args in [A, B, A]:
+            brake.check(tool, args, session_id="decoding")
+        with pytest.raises(LoopBrakeError) as denied:
+            brake.check(*B, session_id="decoding")
+        assert denied.value.cycle_hash_prefixes == (call_hash(*A)[:12], call_hash(*B)[:12])
+        assert denied.value.cycle_tools == ("search", "fetch")
+    finally:
+        brake.clear("decoding")
+        brake.close()

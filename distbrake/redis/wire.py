@@ -252,7 +252,7 @@ def decode_reply(reply: object, repeats: int = 0) -> tuple[int, bool, Cycle | No
     """The script's reply into (count, replayed, the cycle the call completes); else `ScriptReplyError`.
 
     An integer is a plain answer; an array (cycles on, `repeats` = cycle_repeats)
-    adds the cycle: its period, its calls' 6-byte hash prefixes and their tools.
+    adds the cycle: its period, its calls' hash prefixes (hex) and their tools.
     """
     cycle = None
     if isinstance(reply, list):
@@ -264,18 +264,21 @@ def decode_reply(reply: object, repeats: int = 0) -> tuple[int, bool, Cycle | No
 
 def _decode_cycle(reply: list[object], repeats: int) -> tuple[object, Cycle]:
     code, period, entries, names = (*reply, None, None, None, None)[:4]
+    # Hex and names as bytes, or as str from a client that decodes replies (decode_responses=True).
+    hex_text = entries.decode("ascii", "replace") if isinstance(entries, bytes) else entries
+    packed = names.encode("utf-8", "surrogatepass") if isinstance(names, str) else names
     if not (
-        isinstance(period, int) and period >= 2 and isinstance(entries, bytes)
-        and len(entries) == 6 * period and isinstance(names, bytes)
+        isinstance(period, int) and period >= 2 and isinstance(hex_text, str)
+        and len(hex_text) == 12 * period and isinstance(packed, bytes)
     ):
         raise ScriptReplyError("unexpected cycle reply from the brake script")
     tools, at = [], 0
-    while at < len(names):
-        tools.append(_text(names[at + 1:at + 1 + names[at]]))
-        at += 1 + names[at]
+    while at < len(packed):
+        tools.append(_text(packed[at + 1:at + 1 + packed[at]]))
+        at += 1 + packed[at]
     if len(tools) != period:
         raise ScriptReplyError("unexpected cycle reply from the brake script")
-    prefixes = tuple(entries[i:i + 6].hex() for i in range(0, len(entries), 6))
+    prefixes = tuple(hex_text[i:i + 12] for i in range(0, len(hex_text), 12))
     return code, Cycle(period, repeats, prefixes, tuple(tools))
 
 
