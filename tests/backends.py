@@ -78,12 +78,19 @@ class Brakes:
 
     Without ``url`` a distributed brake is on the test's own backend of its store: one embedded
     store for the whole test ("memory"), or the suite's real server ("redis", "cluster").
+
+    In the framework adapter tests a brake gets a 5 s timeout unless the test gives one: they
+    test the adapters, not timing, and on a busy CI machine a check can take longer than the
+    default 0.5 s and fall to the failure policy (a fresh in-process streak).
     """
+
+    ADAPTER_TIMEOUT = 5.0
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
         self._request = request
         self._memory = memory_url()
         self.made: list[AnyBrake] = []
+        self._adapter_test = request.module.__name__.rpartition(".")[2].startswith("test_integration_")
 
     def url(self, kind: str) -> str | None:
         """Where brakes of ``kind`` go by default (None for the in-process brake)."""
@@ -99,6 +106,8 @@ class Brakes:
         if face(kind) == "loop":
             brake = LoopBrake(**options)
         else:
+            if self._adapter_test:
+                options.setdefault("timeout_seconds", self.ADAPTER_TIMEOUT)
             cls = DistributedBrake if face(kind) == "sync" else AsyncDistributedBrake
             brake = cls.from_url(url or str(self.url(kind)), **options)
         self.made.append(brake)
