@@ -7,9 +7,7 @@ keys. Every brake kind of `ADAPTER_BRAKES` (the middleware is async).
 
 from __future__ import annotations
 
-import importlib
 import logging
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -28,8 +26,9 @@ from agent_framework import (
     tool,
 )
 
-from distbrake import ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
+from distbrake import LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.agent_framework import LoopBrakeMiddleware
+from tests.adapters import names_its_extra_when_missing, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, REDIS_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -223,22 +222,11 @@ async def test_session_id_callable_gets_the_invocation_context(brakes: Any) -> N
 
 
 def test_options_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="on_deny"):
-        LoopBrakeMiddleware(LoopBrake(), on_deny="retry")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="scope"):
-        LoopBrakeMiddleware(LoopBrake(), scope="thread")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="session_id"):
-        LoopBrakeMiddleware(LoopBrake(), session_id="fixed")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="check"):
-        LoopBrakeMiddleware(object())  # type: ignore[arg-type]
+    refuses_bad_options(LoopBrakeMiddleware)
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.agent_framework")
-    monkeypatch.setitem(sys.modules, "agent_framework", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[agent-framework\]"'):
-        importlib.import_module("distbrake.integrations.agent_framework")
+    names_its_extra_when_missing(monkeypatch, "agent_framework", ["agent_framework"], "agent-framework")
 
 
 # -- two workers sharing one real Redis -----------------------------------------------------------

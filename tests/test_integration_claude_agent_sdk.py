@@ -8,10 +8,7 @@ does for the real CLI. The hooks are async, so every adapter brake kind works.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,8 +16,9 @@ import pytest
 import redis
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, HookMatcher, ResultMessage, query
 
-from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
+from distbrake import LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.claude_agent_sdk import loop_brake_hooks
+from tests.adapters import import_leaves_the_framework_alone, names_its_extra_when_missing, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, next_answer
 from tests.claude_cli import FINAL, ScriptedCLI, ToolUse
 from tests.servers import free_port
@@ -201,29 +199,15 @@ async def test_session_id_callable_gets_the_hook_input() -> None:
 
 
 def test_options_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="on_deny"):
-        loop_brake_hooks(LoopBrake(), on_deny="deny")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="scope"):
-        loop_brake_hooks(LoopBrake(), scope="session")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="session_id"):
-        loop_brake_hooks(LoopBrake(), session_id="s")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="check"):
-        loop_brake_hooks(object())  # type: ignore[arg-type]
+    refuses_bad_options(loop_brake_hooks)
 
 
 def test_import_distbrake_does_not_import_the_framework() -> None:
-    code = "import sys, distbrake, distbrake.integrations\n"
-    code += "print([m for m in sys.modules if m.startswith('claude_agent_sdk')])"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert done.stdout.strip() == "[]"
+    import_leaves_the_framework_alone("claude_agent_sdk")
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.claude_agent_sdk")
-    monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[claude-agent-sdk\]"'):
-        importlib.import_module("distbrake.integrations.claude_agent_sdk")
+    names_its_extra_when_missing(monkeypatch, "claude_agent_sdk", ["claude_agent_sdk"], "claude-agent-sdk")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

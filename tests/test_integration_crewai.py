@@ -20,10 +20,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", ImportWarning)  # crewai 1.15 warns about its own package layout on import
     import crewai  # noqa: F401
 
-import importlib
 import json
 import logging
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -35,8 +33,9 @@ from crewai.hooks.dispatch import scoped_hooks, unregister
 from crewai.llms.base_llm import BaseLLM
 from crewai.tools import tool
 
-from distbrake import AsyncDistributedBrake, ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
+from distbrake import AsyncDistributedBrake, LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.crewai import LoopBrakeAborted, install_hooks
+from tests.adapters import names_its_extra_when_missing, refuses_bad_options
 from tests.backends import REDIS_BRAKES, SYNC_ADAPTER_BRAKES, face, next_answer, where
 
 # CrewAI 1.15 reads its own deprecated agent fields while running a crew (function_calling_llm,
@@ -304,20 +303,11 @@ def test_session_id_callable_gets_the_hook_context(brakes: Any) -> None:
 
 
 def test_options_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="on_deny"):
-        install_hooks(LoopBrake(), on_deny="retry")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="scope"):
-        install_hooks(LoopBrake(), scope="thread")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="check"):
-        install_hooks(object())  # type: ignore[arg-type]
+    refuses_bad_options(install_hooks, session_id=False)
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.crewai")
-    monkeypatch.setitem(sys.modules, "crewai.hooks", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[crewai\]"'):
-        importlib.import_module("distbrake.integrations.crewai")
+    names_its_extra_when_missing(monkeypatch, "crewai", ["crewai.hooks"], "crewai")
 
 
 # -- two workers sharing one real Redis -----------------------------------------------------------

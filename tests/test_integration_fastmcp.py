@@ -7,7 +7,6 @@ the client's `_meta`, the principal, or (handshake era only) the transport.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,6 +29,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
+from tests.adapters import names_its_extra_when_missing
 from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
@@ -370,11 +370,8 @@ async def test_streamable_http_sessions(
 
 
 def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [n for n in sys.modules if n == "fastmcp" or n.startswith("fastmcp.")]:
-        monkeypatch.setitem(sys.modules, name, None)  # as if FastMCP were not installed
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.fastmcp")
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[fastmcp\]"'):
-        importlib.import_module("distbrake.integrations.fastmcp")
+    loaded = [n for n in sys.modules if n == "fastmcp" or n.startswith("fastmcp.")]
+    names_its_extra_when_missing(monkeypatch, "fastmcp", loaded, "fastmcp")
 
 
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------

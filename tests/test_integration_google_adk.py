@@ -7,10 +7,7 @@ so every adapter brake kind works (a `DistributedBrake` in a worker thread).
 
 from __future__ import annotations
 
-import importlib
 import logging
-import subprocess
-import sys
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
@@ -25,8 +22,9 @@ from google.adk.sessions import InMemorySessionService
 from google.genai import types
 from pydantic import Field
 
-from distbrake import BrakeUnavailableError, ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
+from distbrake import BrakeUnavailableError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.google_adk import WARNING_KEY, LoopBrakePlugin
+from tests.adapters import import_leaves_the_framework_alone, names_its_extra_when_missing, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, next_answer
 from tests.servers import free_port
 from tests.test_security import every_stored_byte
@@ -230,29 +228,15 @@ async def test_session_id_callable_gets_the_tool_context() -> None:
 
 
 def test_options_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="on_deny"):
-        LoopBrakePlugin(LoopBrake(), on_deny="reject")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="scope"):
-        LoopBrakePlugin(LoopBrake(), scope="thread")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="session_id"):
-        LoopBrakePlugin(LoopBrake(), session_id="s-1")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="check"):
-        LoopBrakePlugin(object())  # type: ignore[arg-type]
+    refuses_bad_options(LoopBrakePlugin)
 
 
 def test_import_distbrake_does_not_import_the_framework() -> None:
-    code = "import sys, distbrake, distbrake.integrations\n"
-    code += "print([m for m in sys.modules if m.startswith('google.adk')])"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert done.stdout.strip() == "[]"
+    import_leaves_the_framework_alone("google.adk")
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.google_adk")
-    monkeypatch.setitem(sys.modules, "google.adk.plugins", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[google-adk\]"'):
-        importlib.import_module("distbrake.integrations.google_adk")
+    names_its_extra_when_missing(monkeypatch, "google_adk", ["google.adk.plugins"], "google-adk")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

@@ -8,7 +8,6 @@ redis-server, and AsyncDistributedBrake (async runs only).
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.langchain import LoopBrakeMiddleware, tool_call_wrappers
+from tests.adapters import names_its_extra_when_missing
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, memory_url, next_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,11 +278,7 @@ def test_on_deny_is_validated() -> None:
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.langchain")
-    monkeypatch.setitem(sys.modules, "langchain.agents.middleware", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[langchain\]"'):
-        importlib.import_module("distbrake.integrations.langchain")
+    names_its_extra_when_missing(monkeypatch, "langchain", ["langchain.agents.middleware"], "langchain")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

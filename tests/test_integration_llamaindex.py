@@ -8,10 +8,7 @@ kind works there; `call` (a sync caller) is driven directly with the sync ones.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -23,8 +20,9 @@ from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool, ToolOutput
 from workflows import Context
 
-from distbrake import ConfigurationError, LoopBrake, LoopBrakeError, bind_session, call_hash, hash_prefix
+from distbrake import LoopBrake, LoopBrakeError, bind_session, call_hash, hash_prefix
 from distbrake.integrations.llamaindex import BrakedFunctionTool, guard_tools, raise_on_denial
+from tests.adapters import import_leaves_the_framework_alone, names_its_extra_when_missing, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 from tests.servers import free_port
 from tests.test_security import every_stored_byte
@@ -291,29 +289,15 @@ async def test_conversation_scope_denies_the_third_turns_search(kind: str, brake
 
 
 def test_options_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="on_deny"):
-        guard_tools(LoopBrake(), [], on_deny="reject")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="scope"):
-        guard_tools(LoopBrake(), [], scope="thread")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="session_id"):
-        guard_tools(LoopBrake(), [], session_id="s")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="check"):
-        guard_tools(object(), [])  # type: ignore[arg-type]
+    refuses_bad_options(lambda brake, **options: guard_tools(brake, [], **options))
 
 
 def test_import_distbrake_does_not_import_the_framework() -> None:
-    code = "import sys, distbrake, distbrake.integrations\n"
-    code += "print([m for m in sys.modules if m.startswith('llama_index')])"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
-    assert done.stdout.strip() == "[]"
+    import_leaves_the_framework_alone("llama_index")
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.llamaindex")
-    monkeypatch.setitem(sys.modules, "llama_index.core.tools", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[llamaindex\]"'):
-        importlib.import_module("distbrake.integrations.llamaindex")
+    names_its_extra_when_missing(monkeypatch, "llamaindex", ["llama_index.core.tools"], "llamaindex")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

@@ -7,8 +7,6 @@ stateless 2026-07-28 protocol (a fresh connection per request), "legacy" the
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 
 from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
+from tests.adapters import names_its_extra_when_missing
 from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
@@ -288,10 +287,7 @@ async def test_streamable_http_sessions(stateless_http: bool, mode: str, expecte
 
 
 def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mcp_types", None)  # as if the MCP SDK were not installed
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.mcp")
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[mcp\]"'):
-        importlib.import_module("distbrake.integrations.mcp")
+    names_its_extra_when_missing(monkeypatch, "mcp", ["mcp_types"], "mcp")
 
 
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------

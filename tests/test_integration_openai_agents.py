@@ -7,9 +7,7 @@ no API key is needed.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +43,7 @@ from distbrake.integrations.openai_agents import (
     loop_brake_guardrail,
     tool_arguments,
 )
+from tests.adapters import names_its_extra_when_missing
 from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
@@ -385,10 +384,7 @@ def test_tool_arguments(raw: str, hashed: Any) -> None:
 
 
 def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "agents", None)  # as if the SDK were not installed
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.openai_agents")
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[openai-agents\]"'):
-        importlib.import_module("distbrake.integrations.openai_agents")
+    names_its_extra_when_missing(monkeypatch, "openai_agents", ["agents"], "openai-agents")
 
 
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------

@@ -10,9 +10,7 @@ belong to one event loop, and `run_sync` runs its own).
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
-import sys
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -40,6 +38,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.pydantic_ai import LoopBrakeCapability
+from tests.adapters import names_its_extra_when_missing
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -262,11 +261,7 @@ def test_on_deny_is_validated() -> None:
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.pydantic_ai")
-    monkeypatch.setitem(sys.modules, "pydantic_ai.capabilities", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[pydantic-ai\]"'):
-        importlib.import_module("distbrake.integrations.pydantic_ai")
+    names_its_extra_when_missing(monkeypatch, "pydantic_ai", ["pydantic_ai.capabilities"], "pydantic-ai")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

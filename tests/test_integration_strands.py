@@ -8,10 +8,8 @@ mcp extra cannot share); `.ci/run` runs it there.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -21,8 +19,9 @@ from strands.hooks import BeforeToolCallEvent
 from strands.models import Model
 from strands.types.exceptions import EventLoopException
 
-from distbrake import ConfigurationError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
+from distbrake import LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.strands import RUN_ID_KEY, LoopBrakeHook
+from tests.adapters import names_its_extra_when_missing, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, REDIS_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -214,20 +213,11 @@ def test_session_id_callable_gets_the_event(brakes: Any) -> None:
 
 
 def test_options_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="on_deny"):
-        LoopBrakeHook(LoopBrake(), on_deny="retry")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="scope"):
-        LoopBrakeHook(LoopBrake(), scope="thread")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="check"):
-        LoopBrakeHook(object())  # type: ignore[arg-type]
+    refuses_bad_options(LoopBrakeHook, session_id=False)
 
 
 def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "distbrake.integrations.strands")
-    monkeypatch.setitem(sys.modules, "strands.hooks", None)
-
-    with pytest.raises(ImportError, match=r'pip install "distbrake\[strands\]"'):
-        importlib.import_module("distbrake.integrations.strands")
+    names_its_extra_when_missing(monkeypatch, "strands", ["strands.hooks"], "strands")
 
 
 # -- two workers sharing one real Redis -----------------------------------------------------------
