@@ -80,6 +80,22 @@ def no_step(stage: str, done: int, total: int) -> None:
     return None
 
 
+def paired(floor: Callable[[int], object], ours: Callable[[int], object], n: int) -> tuple[list[float], list[float]]:
+    """`n` pairs, the floor's call `floor(i)` then ours `ours(i)`, so both see the same noise: (ours', the floor's)."""
+    clock = time.perf_counter
+    ours_t: list[float] = []
+    floor_t: list[float] = []
+    for i in range(n):
+        start = clock()
+        floor(i)
+        middle = clock()
+        ours(i)
+        end = clock()
+        floor_t.append(middle - start)
+        ours_t.append(end - middle)
+    return ours_t, floor_t
+
+
 def interleaved(
     stage: str, ours: Callable[[], float], floor: Callable[[], float], rounds: int, step: Step,
 ) -> tuple[list[float], list[float]]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
 import uuid
 from typing import Any
 
@@ -30,7 +29,7 @@ from ..redis.sync import DistributedBrake
 from ..redis.wire import encode_call, resp_evalsha, script_source
 from ..settings import BrakeSettings
 from .bench_floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired, ratio_figure
 from .bench_server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
 
 __all__ = ["server_cost", "sync_check_raw"]
@@ -63,25 +62,18 @@ def sync_check_raw(
         session = f"bench-{uuid.uuid4()}"
         call, check = raw.call, brake.check
 
-        def pairs(n: int, ours_out: list[float], floor_out: list[float]) -> None:
-            clock = time.perf_counter
-            for i in range(n):
-                start = clock()
-                call(floor_bytes)
-                middle = clock()
-                check("search", SMALL_ARGS[i & 1], session_id=session)
-                end = clock()
-                floor_out.append(middle - start)
-                ours_out.append(end - middle)
+        def floor(i: int) -> object:
+            return call(floor_bytes)
+
+        def ours(i: int) -> object:
+            return check("search", SMALL_ARGS[i & 1], session_id=session)
 
         with pinned(pin_cpu, server_pid(parsed, info)) as how:
-            pairs(warmup, [], [])
+            paired(floor, ours, warmup)
             ours_m: list[float] = []
             floor_m: list[float] = []
             for index in range(rounds):
-                ours_t: list[float] = []
-                floor_t: list[float] = []
-                pairs(block, ours_t, floor_t)
+                ours_t, floor_t = paired(floor, ours, block)
                 ours_m.append(statistics.median(ours_t))
                 floor_m.append(statistics.median(floor_t))
                 step(key, index + 1, rounds)

@@ -30,7 +30,7 @@ from ..redis.connect import async_client, sync_client
 from ..redis.sync import DistributedBrake
 from ..rules import ToolRules
 from ..settings import BrakeOptions, BrakeSettings, load_settings
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired, ratio_figure
 
 FLOOR_SCRIPT = "return 1"
 CONCURRENCY = 64
@@ -80,23 +80,19 @@ def sync_check_latency(
         floor_key = f"{prefix}:floor"
         session = f"bench-{uuid.uuid4()}"
 
-        # One floor call, then one check, and again: both see the same noise.
-        def pairs(n: int, ours_out: list[float], floor_out: list[float]) -> None:
-            clock = time.perf_counter
-            for i in range(n):
-                start = clock()
-                floor_client.evalsha(sha, 1, floor_key)
-                middle = clock()
-                brake.check("search", SMALL_ARGS[i & 1], session_id=session)
-                end = clock()
-                floor_out.append(middle - start)
-                ours_out.append(end - middle)
+        def floor(i: int) -> object:
+            return floor_client.evalsha(sha, 1, floor_key)
 
-        pairs(warmup, [], [])
+        def ours(i: int) -> object:
+            return brake.check("search", SMALL_ARGS[i & 1], session_id=session)
+
+        paired(floor, ours, warmup)
         ours_t: list[float] = []
         floor_t: list[float] = []
         for index in range(rounds):
-            pairs(block, ours_t, floor_t)
+            ours_block, floor_block = paired(floor, ours, block)
+            ours_t += ours_block
+            floor_t += floor_block
             step("sync_check_latency", index + 1, rounds)
         brake.clear(session)
     finally:
@@ -143,25 +139,22 @@ def rules_cost(
     try:
         plain_session, ruled_session = f"bench-{uuid.uuid4()}", f"bench-{uuid.uuid4()}"
 
-        def pairs(n: int, ours_out: list[float], floor_out: list[float]) -> None:
-            clock = time.perf_counter
-            for i in range(n):
-                args = ROTATING_ARGS[i % 5]
-                start = clock()
-                plain.check("search", args, session_id=plain_session)
-                middle = clock()
-                verdict = ruled.check("search", args, session_id=ruled_session)
-                if verdict.observe_token is not None:
-                    ruled.observe(verdict, {"status": "running"})
-                end = clock()
-                floor_out.append(middle - start)
-                ours_out.append(end - middle)
+        def floor(i: int) -> object:
+            return plain.check("search", ROTATING_ARGS[i % 5], session_id=plain_session)
 
-        pairs(warmup, [], [])
+        def ours(i: int) -> object:
+            verdict = ruled.check("search", ROTATING_ARGS[i % 5], session_id=ruled_session)
+            if verdict.observe_token is not None:
+                ruled.observe(verdict, {"status": "running"})
+            return verdict
+
+        paired(floor, ours, warmup)
         ours_t: list[float] = []
         floor_t: list[float] = []
         for index in range(rounds):
-            pairs(block, ours_t, floor_t)
+            ours_block, floor_block = paired(floor, ours, block)
+            ours_t += ours_block
+            floor_t += floor_block
             step(key, index + 1, rounds)
         plain.clear(plain_session)
         plain.clear(ruled_session)

@@ -23,7 +23,7 @@ from typing import Any
 from ..redis.aio import AsyncDistributedBrake
 from ..redis.sync import DistributedBrake
 from ..settings import BrakeSettings
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired, ratio_figure
 from .bench_server import CONCURRENCY
 
 SYNC_NAME = "sync check, OTel on vs off (median)"
@@ -80,22 +80,19 @@ def otel_sync_check(
     off, on = _pair(DistributedBrake, backend, timeout_seconds, provider)
     session = f"bench-{uuid.uuid4()}"
     try:
-        def pairs(n: int, on_out: list[float], off_out: list[float]) -> None:
-            clock = time.perf_counter
-            for i in range(n):
-                start = clock()
-                off.check("search", SMALL_ARGS[i & 1], session_id=session)
-                middle = clock()
-                on.check("search", SMALL_ARGS[i & 1], session_id=session)
-                end = clock()
-                off_out.append(middle - start)
-                on_out.append(end - middle)
+        def floor(i: int) -> object:
+            return off.check("search", SMALL_ARGS[i & 1], session_id=session)
 
-        pairs(warmup, [], [])
+        def ours(i: int) -> object:
+            return on.check("search", SMALL_ARGS[i & 1], session_id=session)
+
+        paired(floor, ours, warmup)
         on_t: list[float] = []
         off_t: list[float] = []
         for index in range(rounds):
-            pairs(block, on_t, off_t)
+            on_block, off_block = paired(floor, ours, block)
+            on_t += on_block
+            off_t += off_block
             reader.get_metrics_data()  # a reader's collection, between blocks (off the checks' path)
             step(key, index + 1, rounds)
         off.clear(session)
