@@ -105,3 +105,32 @@ def test_only_a_url_with_max_connections_gets_a_blocking_pool(server: RedisServe
         assert limited.client.connection_pool.max_connections == 4
     lone = AsyncDistributedBrake.from_url(server.url)
     assert type(lone.client.connection_pool) is redis.asyncio.ConnectionPool
+
+
+def test_async_checks_without_a_limit_share_one_connection_closed_with_the_brake(server: RedisServer) -> None:
+    """The asyncio brake on a plain pool keeps one connection for its checks (one batch on the wire at a
+    time), opened once, and closes it on `aclose` and when `asyncio.run` ends the loop."""
+    def received() -> int:
+        return int(server.command("INFO", "stats").split("total_connections_received:")[1].split()[0])
+
+    brake = AsyncDistributedBrake.from_url(server.url, timeout_seconds=5.0)
+
+    async def work() -> tuple[int, int]:
+        for j in range(100):  # one task at a time: each check is a batch of its own
+            await brake.check("search", {"j": j % 2}, session_id="alone")
+        await asyncio.gather(*(brake.check("search", {}, session_id=f"s{i}") for i in range(200)))
+        return received(), peak_clients(server)
+
+    before = received()
+    after, peak = asyncio.run(work())  # the loop's end closes the brake's connections
+    left = peak_clients(server)
+    assert after - before - 1 <= 2  # the checks' own connection (and the pool's, for loading the script)
+    assert peak <= 2
+    assert left == 0
+
+    async def again() -> int:
+        await brake.check("search", {}, session_id="alone")
+        await brake.aclose()
+        return peak_clients(server)
+
+    assert asyncio.run(again()) == 0

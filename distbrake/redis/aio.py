@@ -30,6 +30,7 @@ from ..urls import ParsedURL
 from .base import BACKEND_ERRORS, DistributedBase
 from .batch import read_replies, write_all
 from .connect import async_client
+from .deadline import LazyDeadline
 from .topology import (
     INTERNAL_ERRORS,
     arefresh_topology,
@@ -90,6 +91,13 @@ class _Coalescer:
             and type(client.connection_pool) in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool)
         )
         self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
+        # On a plain pool the direct path keeps one connection of its own (made from the pool's
+        # settings, outside its count): one batch is on the wire at a time, so one connection
+        # carries them all, and no batch pays the pool's acquire and release. A pool that limits
+        # connections (`?max_connections=N`) is asked for one per batch instead.
+        self._owns = self._direct and type(client.connection_pool) is redis.asyncio.ConnectionPool
+        self._owned: Any = None
+        self._deadline = LazyDeadline()
         self._queue: list[_Pending] = []
         self._sender: asyncio.Task[None] | None = None
         # The direct path learns of a missing script from NOSCRIPT; so does the cluster path (per node).
@@ -118,7 +126,7 @@ class _Coalescer:
         """
         self._inline = asyncio.get_running_loop().create_future()
         try:
-            async with asyncio.timeout_at(deadline):
+            with self._deadline.bound(deadline):
                 reply = (await self._send([(key, argv, deadline, [])]))[0]
         finally:
             self._inline.set_result(None)
@@ -139,7 +147,7 @@ class _Coalescer:
             self._one_at_a_time = len(batch) == 1 and len(batch[0][3]) == 1
             sent_at = loop.time()
             try:
-                async with asyncio.timeout_at(min(run[2] for run in batch)):
+                with self._deadline.bound(min(run[2] for run in batch)):
                     replies = await self._send(batch)
             except BaseException as error:
                 failure: BaseException = error
@@ -340,7 +348,12 @@ class _Coalescer:
         carries a call id and a replayed check is not counted twice.
         """
         pool = self._client.connection_pool
-        connection = await pool.get_connection()
+        if self._owns:
+            connection = self._owned
+            if connection is None:  # connected by its first write (see `write_all`)
+                connection = self._owned = pool.connection_class(**pool.connection_kwargs)
+        else:
+            connection = await pool.get_connection()
         packed = [resp_evalsha(key, argv) for key, argv, *_ in batch]
         try:
             for attempt in (1, 2):
@@ -358,7 +371,14 @@ class _Coalescer:
             await connection.disconnect(nowait=True)
             raise
         finally:
-            await pool.release(connection)
+            if not self._owns:
+                await pool.release(connection)
+
+    async def aclose(self) -> None:
+        """Close the connection of the direct path's own, if it has one (the next batch opens another)."""
+        connection, self._owned = self._owned, None
+        if connection is not None:
+            await connection.disconnect()
 
 
 # Replies (besides redirects) that send a run of the fast cluster path again through `_per_key`.
@@ -573,6 +593,7 @@ class AsyncDistributedBrake(DistributedBase):
                 await node.disconnect()
 
     async def _close_connections(self) -> None:
+        await self._coalescer.aclose()
         close = getattr(self.client, "aclose", None) or getattr(self.client, "close", None)
         if callable(close):
             await close()
