@@ -71,81 +71,84 @@ rule's denial), the period p, the cycle's p ring entries (6 bytes each, as
 hex: a client that decodes replies as text reads them too, in order, ending
 with this call) and their p tools (length byte and name each).
 ]]
-local rcall = redis.call
+local rcall, sub, byte, find = redis.call, string.sub, string.byte, string.find
 local key = KEYS[1]
 local call = ARGV[1]
-if #ARGV == 7 then
+local argc = #ARGV
+if argc == 7 then
   local stored = rcall('HMGET', key, 'h', 'r')
   local record, seen = stored[1], stored[2]
-  if not record or string.sub(record, 1, 21) ~= string.sub(call, 1, 16) .. string.sub(call, 22, 26) then
+  if not record or sub(record, 1, 21) ~= sub(call, 1, 16) .. sub(call, 22, 26) then
     return 0
   end
-  local mine = string.sub(call, 1, 4) .. ARGV[7]
-  if seen and string.sub(seen, 1, 4) == string.sub(call, 1, 4) and seen ~= mine then
-    rcall('HSET', key, 'h', string.sub(record, 1, 21) .. '\0\0\0\0\0' .. string.sub(record, 27, 31) .. '1',
-          'r', mine)
+  local mine = sub(call, 1, 4) .. ARGV[7]
+  if seen and sub(seen, 1, 4) == sub(call, 1, 4) and seen ~= mine then
+    rcall('HSET', key, 'h', sub(record, 1, 21) .. '\0\0\0\0\0' .. sub(record, 27, 31) .. '1', 'r', mine)
     return 2
   end
   rcall('HSET', key, 'r', mine)
   return 1
 end
+-- The common path (a check, cycles off) makes as few strings as it can: each one costs the server.
 local size = #call
-local k = math.floor((size - 21) / 5)
-local last = string.sub(call, size - 4)
+local k = (size - 21) / 5  -- ARGV[1] is 21 + 5k bytes
+local last = sub(call, size - 4)
 local limit = tonumber(ARGV[2])
-local cycles = #ARGV == 8
+local cycles = argc == 8
 local record, ring
+local name_list, cycle_reply, parse_ring
 if cycles then
   local stored = rcall('HMGET', key, 'h', 'c')
   record, ring = stored[1], stored[2]
+
+  -- The tools part of c (length byte and name each) as a list of names.
+  name_list = function(names)
+    local list, at = {}, 1
+    while at <= #names do
+      local length = byte(names, at)
+      list[#list + 1] = sub(names, at + 1, at + length)
+      at = at + 1 + length
+    end
+    return list
+  end
+
+  -- The cycle answer for a call whose cycle of `period` calls ends at ring entry `at_end` of `entries`.
+  cycle_reply = function(code, period, entries, tools, at_end)
+    local names, shown = name_list(tools), {}
+    for i = #names - (#entries / 6 - at_end) - period + 1, #names - (#entries / 6 - at_end) do
+      shown[#shown + 1] = string.char(#names[i]) .. names[i]
+    end
+    local members = sub(entries, (at_end - period) * 6 + 1, at_end * 6)
+    local hex = (string.gsub(members, '.', function(one) return string.format('%02x', byte(one)) end))
+    return {code, period, hex, table.concat(shown)}
+  end
+
+  -- The ring of c as (periods, entries, tools part).
+  parse_ring = function()
+    if not ring or #ring < 3 then
+      return '\0\0', '', ''
+    end
+    local n = byte(ring, 3)
+    return sub(ring, 1, 2), sub(ring, 4, 3 + n * 6), sub(ring, 4 + n * 6)
+  end
 else
   record = rcall('HGET', key, 'h')
 end
-
--- The tools part of c (length byte and name each) as a list of names.
-local function name_list(names)
-  local list, at = {}, 1
-  while at <= #names do
-    local size = string.byte(names, at)
-    list[#list + 1] = string.sub(names, at + 1, at + size)
-    at = at + 1 + size
-  end
-  return list
-end
-
--- The cycle answer for a call whose cycle of `period` calls ends at ring entry `last` of `entries`.
-local function cycle_reply(code, period, entries, tools, last)
-  local names, shown = name_list(tools), {}
-  for i = #names - (#entries / 6 - last) - period + 1, #names - (#entries / 6 - last) do
-    shown[#shown + 1] = string.char(#names[i]) .. names[i]
-  end
-  local members = string.sub(entries, (last - period) * 6 + 1, last * 6)
-  local hex = (string.gsub(members, '.', function(byte) return string.format('%02x', string.byte(byte)) end))
-  return {code, period, hex, table.concat(shown)}
-end
-
--- The ring of c as (periods, entries, tools part).
-local function parse_ring()
-  if not ring or #ring < 3 then
-    return '\0\0', '', ''
-  end
-  local n = string.byte(ring, 3)
-  return string.sub(ring, 1, 2), string.sub(ring, 4, 3 + n * 6), string.sub(ring, 4 + n * 6)
-end
+local hash = sub(call, 1, 16)
 local n = 0
 local before = '\0\0\0\0\0'
-if record and string.sub(record, 1, 16) == string.sub(call, 1, 16) then
-  local stored = tonumber(string.sub(record, 32))
+if record and find(record, hash, 1, true) == 1 then
+  local stored = tonumber(sub(record, 32))
   if stored then
-    local last_id = string.sub(record, 17, 21)
+    local last_id = sub(record, 17, 21)
     local count = nil
     if last == last_id then
       count = stored
-    elseif k == 1 and stored > 1 and last == string.sub(record, 22, 26) then
+    elseif k == 1 and stored > 1 and find(record, last, 22, true) == 22 then
       count = stored - 1
     end
     if count then
-      local b1, b2, b3, b4, b5 = string.byte(record, 27, 31)
+      local b1, b2, b3, b4, b5 = byte(record, 27, 31)
       local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
       if ttl - rcall('PTTL', key) <= tonumber(ARGV[5]) then
         rcall('PEXPIRE', key, ARGV[3])
@@ -156,10 +159,10 @@ if record and string.sub(record, 1, 16) == string.sub(call, 1, 16) then
         if cycles then
           local periods, entries, tools = parse_ring()
           local previous = count ~= stored and 1 or 0
-          local period = string.byte(periods, 1 + previous)
-          local last = #entries / 6 - previous
-          if period > 0 and last >= period and #name_list(tools) >= period + previous then
-            return cycle_reply(code, period, entries, tools, last)
+          local period = byte(periods, 1 + previous)
+          local at_end = #entries / 6 - previous
+          if period > 0 and at_end >= period and #name_list(tools) >= period + previous then
+            return cycle_reply(code, period, entries, tools, at_end)
           end
         end
         return code
@@ -171,14 +174,14 @@ if record and string.sub(record, 1, 16) == string.sub(call, 1, 16) then
 end
 local count = n + k
 if k > 1 then
-  before = string.sub(call, size - 9, size - 5)
+  before = sub(call, size - 9, size - 5)
 end
-local fields = string.sub(call, 1, 16) .. last .. before .. string.sub(call, 17, 21) .. count
+local fields = hash .. last .. before .. sub(call, 17, 21) .. count
 local code = count * 4
 if count >= limit then
   code = count * 4 + 2
 end
-local renew = n == 0 and record and string.byte(ARGV[6], -1) == 112
+local renew = n == 0 and record and byte(ARGV[6], -1) == 112
 if not cycles then
   if renew then
     -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
@@ -195,39 +198,39 @@ end
 -- Cycles on: the ring step, written with the record in one HSET.
 local periods, entries, tools = parse_ring()
 local longest, repeats = tonumber(ARGV[7]), tonumber(ARGV[8])
-local size_byte = string.byte(ARGV[4], 1) % 128
-entries = entries .. string.rep(string.sub(call, 1, 6), k)
+local size_byte = byte(ARGV[4], 1) % 128
+entries = entries .. string.rep(sub(call, 1, 6), k)
 if #entries > longest * repeats * 6 then
-  entries = string.sub(entries, -longest * repeats * 6)
+  entries = sub(entries, -longest * repeats * 6)
 end
-tools = tools .. string.rep(string.char(size_byte) .. string.sub(ARGV[4], 2, 1 + size_byte), k)
+tools = tools .. string.rep(string.char(size_byte) .. sub(ARGV[4], 2, 1 + size_byte), k)
 local kept, at = 0, 1
 while at <= #tools do
   kept = kept + 1
-  at = at + 1 + string.byte(tools, at)
+  at = at + 1 + byte(tools, at)
 end
 while kept > longest + 1 do
-  tools = string.sub(tools, 2 + string.byte(tools, 1))
+  tools = sub(tools, 2 + byte(tools, 1))
   kept = kept - 1
 end
 local period = 0
-local filled, newest = #entries, string.sub(entries, -6)
+local filled, newest = #entries, sub(entries, -6)
 for p = 2, longest do
   local span = p * repeats * 6
   if filled < span then
     break
   end
   -- first the one comparison that rules most calls out: this call against the one p calls before it
-  if newest == string.sub(entries, filled - p * 6 - 5, filled - p * 6) then
-    local window = string.sub(entries, -span)
-    if string.sub(window, 1, span - p * 6) == string.sub(window, p * 6 + 1)
-        and string.sub(window, 1, p * 6) ~= string.rep(string.sub(window, 1, 6), p) then
+  if newest == sub(entries, filled - p * 6 - 5, filled - p * 6) then
+    local window = sub(entries, -span)
+    if sub(window, 1, span - p * 6) == sub(window, p * 6 + 1)
+        and sub(window, 1, p * 6) ~= string.rep(sub(window, 1, 6), p) then
       period = p
       break
     end
   end
 end
-local c = string.char(period, string.byte(periods, 1), #entries / 6) .. entries .. tools
+local c = string.char(period, byte(periods, 1), #entries / 6) .. entries .. tools
 if renew then
   rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'r', '', 'c', c)
 elseif n == 0 then
