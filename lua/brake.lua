@@ -91,7 +91,7 @@ if argc == 7 then
 end
 -- The common path (a check, cycles off) makes as few strings as it can: each one costs the server.
 local size = #call
-local k = (size - 21) / 5  -- ARGV[1] is 21 + 5k bytes
+local k = math.floor((size - 21) / 5)  -- ARGV[1] is 21 + 5k bytes (floor: an integer on Lua 5.3+ too)
 local last = sub(call, size - 4)
 local limit = tonumber(ARGV[2])
 local cycles = argc == 8

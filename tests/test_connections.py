@@ -134,3 +134,18 @@ def test_async_checks_without_a_limit_share_one_connection_closed_with_the_brake
         return peak_clients(server)
 
     assert asyncio.run(again()) == 0
+
+
+def test_an_observation_first_on_a_new_loop_opens_and_closes_that_loops_connection(server: RedisServer) -> None:
+    """`observe` as the first call on a loop binds the brake to it, like `check`: its connection closes with it."""
+    from distbrake import ToolRules
+
+    brake = AsyncDistributedBrake.from_url(
+        server.url, timeout_seconds=5.0, tools={"poll": ToolRules(progress=True)})
+    verdict = asyncio.run(brake.check("poll", {"job": 1}, session_id="s"))
+    assert peak_clients(server) == 0
+    asyncio.run(brake.observe(verdict, {"status": "running"}))
+    assert peak_clients(server) == 0  # before the fix: the observation's connection was left open
+    state = asyncio.run(brake.inspect("s"))
+    asyncio.run(brake.aclose())
+    assert state is not None and state.count == 1

@@ -117,3 +117,29 @@ def test_a_bound_outside_a_task_is_refused() -> None:
     finally:
         loop.close()
     assert "no task" in str(refused[0])
+
+
+def test_a_deadline_used_again_on_a_new_loop_still_bounds() -> None:
+    """A timer of an ended loop never fires: the first bound on the next loop sets a timer there."""
+    deadline = LazyDeadline()
+
+    async def bounded(seconds: float) -> str:
+        try:
+            with deadline.bound(asyncio.get_running_loop().time() + seconds):
+                await never()
+        except TimeoutError:
+            return "bounded"
+        return "returned"
+
+    async def watched(seconds: float) -> str:
+        try:
+            return await asyncio.wait_for(bounded(seconds), timeout=5)
+        except TimeoutError:
+            return "unbounded"  # before the fix: the old loop's timer seemed earlier, so none was set
+
+    async def quick() -> None:  # ends at once: its loop ends with the timer still set, for later
+        with deadline.bound(asyncio.get_running_loop().time() + 0.02):
+            await asyncio.sleep(0)
+
+    asyncio.run(quick())
+    assert asyncio.run(watched(0.05)) == "bounded"

@@ -52,3 +52,24 @@ def test_realistic_records_keep_the_compact_encoding(redis_url: str, tool: str) 
                 assert max(len(value) for value in client.hgetall(session_key(session)).values()) <= 64
     finally:
         client.close()
+
+
+def test_the_script_keeps_integer_counts_on_lua_5_4() -> None:
+    """Lua 5.3+ divides to floats: a count must still be written as an integer ("2", never "2.0"), or
+    `inspect` and `list` no longer read the record (fakeredis on Lua 5.4, Redis-compatible servers)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from distbrake import DistributedBrake, LoopBrakeError\n"
+        "brake = DistributedBrake.from_url('memory://lua54')\n"
+        "brake.check('search', {'q': 1}, session_id='s')\n"
+        "brake.check('search', {'q': 1}, session_id='s')\n"
+        "raw = brake.client.hget(brake.key('s'), 'h')\n"
+        "state = brake.inspect('s')\n"
+        "print(raw[31:].decode(), state.count if state else None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "FAKEREDIS_LUA_VERSION": "5.4"}, timeout=60)
+    assert out.stdout.split() == ["2", "2"]

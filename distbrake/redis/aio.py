@@ -79,7 +79,9 @@ class _Coalescer:
     its policy without marking Redis down.
     """
 
-    def __init__(self, client: Any, timeout: float, script_loaded: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, client: Any, timeout: float, script_loaded: Callable[[], None] = lambda: None, *, own: bool = False,
+    ) -> None:
         self._client = client
         self._timeout = timeout
         self._script_loaded = script_loaded  # told of each load after a NOSCRIPT (telemetry)
@@ -91,11 +93,12 @@ class _Coalescer:
             and type(client.connection_pool) in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool)
         )
         self._cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
-        # On a plain pool the direct path keeps one connection of its own (made from the pool's
-        # settings, outside its count): one batch is on the wire at a time, so one connection
-        # carries them all, and no batch pays the pool's acquire and release. A pool that limits
-        # connections (`?max_connections=N`) is asked for one per batch instead.
-        self._owns = self._direct and type(client.connection_pool) is redis.asyncio.ConnectionPool
+        # `own`: a client the brake built (`from_url`) on a plain pool. Its direct path keeps one connection
+        # of its own (made from the pool's settings, outside its count): one batch is on the wire at a
+        # time, so one connection carries them all, and no batch pays the pool's acquire and release.
+        # A pool that limits connections (`?max_connections=N`), and a caller's client (its pool may
+        # re-authenticate, cap or drop its connections), are asked for one per batch instead.
+        self._owns = own and self._direct and type(client.connection_pool) is redis.asyncio.ConnectionPool
         self._owned: Any = None
         self._deadline = LazyDeadline()
         self._queue: list[_Pending] = []
@@ -362,7 +365,7 @@ class _Coalescer:
                     return await read_replies(connection, len(batch))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     await connection.disconnect()
-                    if attempt == 2:
+                    if attempt == 2 or (self._owns and connection is not self._owned):  # closed by `aclose`
                         raise
             raise AssertionError("unreachable")  # pragma: no cover  # noqa: TRY301
         except BaseException:
@@ -425,7 +428,8 @@ class AsyncDistributedBrake(DistributedBase):
         **options: Unpack[BrakeOptions],
     ) -> None:
         super().__init__(client, settings=settings, url=url, **options)
-        self._coalescer = _Coalescer(client, self.settings.timeout_seconds, self.recorder.script_load)
+        self._coalescer = _Coalescer(client, self.settings.timeout_seconds, self.recorder.script_load,
+                                     own=client in _BUILT)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_end: Any = None  # closes the connections when `_loop` ends (see `_bind`)
 
@@ -483,6 +487,8 @@ class AsyncDistributedBrake(DistributedBase):
             return
         key, argv = observation
         loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # the first call on a new loop: its own connections and timer
+            self._bind(loop)
         try:
             await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
         except QueueTimeout as error:
@@ -541,7 +547,8 @@ class AsyncDistributedBrake(DistributedBase):
                         "which makes a fresh client for each loop"
                     )
                 drop_nodes = True
-        self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds, self.recorder.script_load)
+        self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds, self.recorder.script_load,
+                                     own=self.client in _BUILT)
         self._loop = loop
         self._close_at_loop_end(loop)
         return drop_nodes
@@ -593,7 +600,12 @@ class AsyncDistributedBrake(DistributedBase):
                 await node.disconnect()
 
     async def _close_connections(self) -> None:
-        await self._coalescer.aclose()
+        try:
+            await self._coalescer.aclose()
+        finally:
+            await self._close_client()
+
+    async def _close_client(self) -> None:
         close = getattr(self.client, "aclose", None) or getattr(self.client, "close", None)
         if callable(close):
             await close()

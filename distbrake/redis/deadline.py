@@ -48,6 +48,7 @@ class LazyDeadline:
     def __init__(self) -> None:
         self.active: set[_Bound] = set()
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the timer's (an ended loop's never fires)
 
     def bound(self, when: float) -> _Bound:
         """A `with` block of the running task that raises `TimeoutError` once the loop's clock reaches `when`."""
@@ -58,11 +59,11 @@ class LazyDeadline:
 
     def enter(self, bound: _Bound) -> None:
         self.active.add(bound)
-        timer = self._timer
-        if timer is None or timer.when() > bound.when:
+        timer, loop = self._timer, asyncio.get_running_loop()
+        if timer is None or timer.when() > bound.when or self._loop is not loop:
             if timer is not None:
                 timer.cancel()
-            self._timer = asyncio.get_running_loop().call_at(bound.when, self._fire, bound.when)
+            self._timer, self._loop = loop.call_at(bound.when, self._fire, bound.when), loop
 
     def _fire(self, at: float) -> None:
         self._timer = None
