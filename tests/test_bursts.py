@@ -101,3 +101,44 @@ async def test_time_queued_behind_the_brakes_own_batches_is_not_a_redis_failure(
     assert decided.count("redis") > 0 and set(decided) <= {"redis", "fallback"}
     assert not brake.failures.health.down
     assert after.decided_by == "redis"
+
+
+async def test_a_long_burst_shares_two_lanes_and_keeps_each_sessions_order(proxy: FaultProxy) -> None:
+    """1,500 sessions each calling A, B, B, A at once: the queue is shared by two lanes (two connections, a
+    batch on the wire on each), a session never has two runs on the wire, so each counts as made one by one."""
+    sequence = [{"q": q} for q in "ABBA"]
+    reference = LoopBrake(max_repeats=100)
+    expected = [reference.check("search", args).count for args in sequence]
+    brake = AsyncDistributedBrake.from_url(proxy.url, max_repeats=100, timeout_seconds=5.0)
+    try:
+        await brake.check("warm", {}, session_id="w")
+        connections = proxy.connections
+        results = await asyncio.gather(*(counts_of(brake, sequence, session=f"s{i}") for i in range(1500)))
+        opened = proxy.connections - connections
+    finally:
+        await brake.aclose()
+    print(f"\n1,500 sessions x A, B, B, A at once: {opened} more connection(s), counts {expected} in every session")
+    assert expected == [1, 1, 2, 1]
+    assert all(counts == expected for counts in results)
+    assert opened == 1  # the second lane's (the first one's was opened by the warm-up check)
+
+
+async def test_checks_go_on_after_a_host_cancels_every_other_task(proxy: FaultProxy) -> None:
+    """A host that cancels every task (its own checks and the brake's senders with them) and then goes on:
+    the checks queued then are dropped with their tasks, and later checks are sent and decided by Redis."""
+    proxy.latency(0.05)
+    brake = AsyncDistributedBrake.from_url(proxy.url, timeout_seconds=5.0)
+    try:
+        await brake.check("warm", {}, session_id="w")
+        tasks = [asyncio.create_task(brake.check("search", {"i": i}, session_id=f"s{i}")) for i in range(40)]
+        await asyncio.sleep(0.01)  # one check on the wire, the others queued behind it
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        proxy.latency(0)
+        later = await asyncio.wait_for(  # before the fix: never sent (no sender started again)
+            asyncio.gather(*(brake.check("search", {}, session_id=f"n{i}") for i in range(3))), timeout=4.0)
+    finally:
+        await brake.aclose()
+    assert [verdict.decided_by for verdict in later] == ["redis"] * 3

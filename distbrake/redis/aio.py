@@ -1,10 +1,11 @@
 """`AsyncDistributedBrake`: the asyncio Redis brake. It only sends and receives.
 
-Concurrent checks are coalesced: while one pipeline of EVALSHAs is on the
+Concurrent checks are coalesced: while a pipeline of EVALSHAs is on the
 wire, new checks queue, and all that queued go out together in the next
-pipeline. One connection then carries a burst of hundreds of checks (no
-"too many connections"), and throughput at high concurrency is several times
-that of one round trip per check. A NOSCRIPT reply (flushed script cache,
+pipeline (on a single node, two lanes take turns, so Redis runs one pipeline
+while the event loop prepares the other). Two connections then carry a burst
+of thousands of checks (no "too many connections"), and throughput at high
+concurrency is several times that of one round trip per check. A NOSCRIPT reply (flushed script cache,
 restarted or failed-over server) loads the script and sends those checks
 again.
 """
@@ -49,6 +50,9 @@ MAX_BATCH = 1024
 CLUSTER_CONCURRENCY = 32
 
 MAX_RUN = 256  # identical checks of one session sent as one script call, at most
+LANES = 2  # batches on the wire at once on the direct path with connections of its own, one per connection
+SPLIT = 16  # a queue this long is shared by two lanes: Python prepares one batch while Redis runs the other
+_IDLE, _STARTING, _SENDING = 0, 1, 2  # a lane's state
 CHECK_ARGS = 6  # the ARGV of a check; an observation has one more (see lua/brake.lua)
 
 # (key, argv, the check's deadline on the loop clock, its future)
@@ -66,7 +70,7 @@ class QueueTimeout(Exception):
 
 
 class _Coalescer:
-    """Sends queued checks as pipelines, one pipeline in flight at a time.
+    """Sends queued checks as pipelines, one pipeline in flight at a time on each of its lanes.
 
     Each check carries its deadline; a pipeline may take until the earliest
     deadline of its batch, so no check waits longer than its own timeout
@@ -77,6 +81,13 @@ class _Coalescer:
     time ran out before it was sent, or whose batch was on the wire for less
     than half a timeout, fails with `QueueTimeout`, which the brake decides by
     its policy without marking Redis down.
+
+    The direct path with connections of its own has two lanes, each a
+    connection with at most one batch on the wire: a queue of at least SPLIT
+    checks is shared by both, so Redis runs one batch while the event loop
+    prepares the next (on two cores, they overlap). A session has at most one
+    run on the wire at a time, so its checks keep their order on any lane.
+    Other paths have one lane.
     """
 
     def __init__(
@@ -99,10 +110,13 @@ class _Coalescer:
         # A pool that limits connections (`?max_connections=N`), and a caller's client (its pool may
         # re-authenticate, cap or drop its connections), are asked for one per batch instead.
         self._owns = own and self._direct and type(client.connection_pool) is redis.asyncio.ConnectionPool
-        self._owned: Any = None
+        lanes = LANES if self._owns else 1
+        self._owned: list[Any] = [None] * lanes  # each lane's connection (the direct path's own)
+        self._senders: list[asyncio.Task[None] | None] = [None] * lanes
+        self._states = [_IDLE] * lanes
+        self._on_wire: set[str] = set()  # the keys of the runs on the wire
         self._deadline = LazyDeadline()
         self._queue: list[_Pending] = []
-        self._sender: asyncio.Task[None] | None = None
         # The direct path learns of a missing script from NOSCRIPT; so does the cluster path (per node).
         self._loaded = self._direct or self._cluster
         # Whether the last batch held one check (one task checking at a time): then the next check,
@@ -111,14 +125,18 @@ class _Coalescer:
         self._inline: asyncio.Future[None] | None = None  # done when the check sent so is answered
 
     async def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
-        if self._one_at_a_time and self._inline is None and not self._queue and (
-            self._sender is None or self._sender.done()
-        ):
+        if self._one_at_a_time and self._inline is None and not self._queue and max(self._states) == _IDLE:
             return await self._alone(key, argv, deadline)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append((key, argv, deadline, future))
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._send_all())
+        queue = self._queue
+        queue.append((key, argv, deadline, future))
+        states = self._states
+        # A lane starts when none is at work (else one that is takes this check when it is done),
+        # and another once the queue is long enough to share.
+        if max(states) == _IDLE or (len(queue) >= SPLIT and _IDLE in states):
+            lane = states.index(_IDLE)
+            states[lane] = _STARTING
+            self._senders[lane] = asyncio.create_task(self._send_all(lane))
         return await future
 
     async def _alone(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
@@ -130,7 +148,7 @@ class _Coalescer:
         self._inline = asyncio.get_running_loop().create_future()
         try:
             with self._deadline.bound(deadline):
-                reply = (await self._send([(key, argv, deadline, [])]))[0]
+                reply = (await self._send([(key, argv, deadline, [])], 0))[0]
         finally:
             self._inline.set_result(None)
             self._inline = None
@@ -138,20 +156,34 @@ class _Coalescer:
             raise reply
         return reply
 
-    async def _send_all(self) -> None:
+    async def _send_all(self, lane: int) -> None:
+        try:
+            await self._send_lane(lane)
+        finally:
+            self._states[lane] = _IDLE
+
+    async def _send_lane(self, lane: int) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
         while self._inline is not None:  # a check sent alone is on the wire: one batch at a time
             await asyncio.shield(self._inline)
         loop = asyncio.get_running_loop()
+        states, on_wire = self._states, self._on_wire
         while self._queue:
-            batch = self._next_batch(loop.time())
+            # Another lane about to start shares the queue: this one takes half of it.
+            shared = any(state == _STARTING for other, state in enumerate(states) if other != lane)
+            batch = self._next_batch(loop.time(), min(MAX_BATCH, -(-len(self._queue) // 2)) if shared else MAX_BATCH)
             if not batch:
+                if self._queue and on_wire:
+                    break  # what is left waits for its session's run on another lane; that lane takes it
                 continue
             self._one_at_a_time = len(batch) == 1 and len(batch[0][3]) == 1
+            keys = [run[0] for run in batch]
+            on_wire.update(keys)
+            states[lane] = _SENDING
             sent_at = loop.time()
             try:
                 with self._deadline.bound(min(run[2] for run in batch)):
-                    replies = await self._send(batch)
+                    replies = await self._send(batch, lane)
             except BaseException as error:
                 failure: BaseException = error
                 if isinstance(error, TimeoutError) and loop.time() - sent_at < self._timeout / 2:
@@ -161,6 +193,9 @@ class _Coalescer:
                 if isinstance(error, asyncio.CancelledError):
                     raise
                 continue
+            finally:
+                on_wire.difference_update(keys)
+                states[lane] = _STARTING
             for (*_, futures), reply in zip(batch, replies, strict=True):
                 if isinstance(reply, BaseException):
                     _fail(futures, reply)
@@ -172,8 +207,8 @@ class _Coalescer:
                         if not future.done():
                             future.set_result(one)
 
-    def _next_batch(self, now: float) -> list[_Run]:
-        """Up to MAX_BATCH runs, at most one per key; the other checks wait for the next batch.
+    def _next_batch(self, now: float, limit: int = MAX_BATCH) -> list[_Run]:
+        """Up to `limit` runs, at most one per key, none of a key on the wire; the other checks wait.
 
         A run is a check and the identical checks of its session queued right
         after it (same call hash, limit and ttl). A batch whose reply is lost
@@ -184,7 +219,7 @@ class _Coalescer:
         deadline passed while it queued is not sent (`QueueTimeout`).
         """
         runs: dict[str, list[_Pending]] = {}
-        waiting: set[str] = set()
+        waiting: set[str] = set(self._on_wire)
         later: list[_Pending] = []
         for item in self._queue:
             key, argv, deadline, future = item
@@ -194,7 +229,7 @@ class _Coalescer:
             run = runs.get(key)
             if key in waiting:
                 later.append(item)
-            elif run is None and len(runs) < MAX_BATCH:
+            elif run is None and len(runs) < limit:
                 runs[key] = [item]
             elif run is not None and len(run) < MAX_RUN and _same_call(run[0][1], argv):
                 run.append(item)
@@ -208,23 +243,23 @@ class _Coalescer:
             for key, run in runs.items()
         ]
 
-    async def _send(self, batch: list[_Run]) -> list[Any]:
+    async def _send(self, batch: list[_Run], lane: int) -> list[Any]:
         if not self._loaded:  # load once up front rather than learn it from a burst of NOSCRIPTs
             await self._client.script_load(script_source())
             self._loaded = True
-        replies = await self._pipeline(batch)
+        replies = await self._pipeline(batch, lane)
         missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
         if missing:  # a flushed or new server: load the script, send those checks again
             self._script_loaded()
             await self._client.script_load(script_source())
-            again = await self._pipeline([batch[i] for i in missing])
+            again = await self._pipeline([batch[i] for i in missing], lane)
             for index, reply in zip(missing, again, strict=True):
                 replies[index] = reply
         return replies
 
-    async def _pipeline(self, batch: list[_Run]) -> list[Any]:
+    async def _pipeline(self, batch: list[_Run], lane: int) -> list[Any]:
         if self._direct:
-            return await self._on_connection(batch)
+            return await self._on_connection(batch, lane)
         sha = script_sha()
         if self._cluster:
             return await self._on_cluster(batch, sha)
@@ -343,8 +378,8 @@ class _Coalescer:
                     replies[index].__cause__ = reply
         return replies
 
-    async def _on_connection(self, batch: list[_Run]) -> list[Any]:
-        """Write the batch in one send on one pooled connection; read every reply.
+    async def _on_connection(self, batch: list[_Run], lane: int) -> list[Any]:
+        """Write the batch in one send on the lane's connection (or a pooled one); read every reply.
 
         A connection error or timeout is retried once on a fresh connection,
         as the client's `Retry(NoBackoff(), 1)` would: safe, because each check
@@ -352,9 +387,9 @@ class _Coalescer:
         """
         pool = self._client.connection_pool
         if self._owns:
-            connection = self._owned
+            connection = self._owned[lane]
             if connection is None:  # connected by its first write (see `write_all`)
-                connection = self._owned = pool.connection_class(**pool.connection_kwargs)
+                connection = self._owned[lane] = pool.connection_class(**pool.connection_kwargs)
         else:
             connection = await pool.get_connection()
         packed = [resp_evalsha(key, argv) for key, argv, *_ in batch]
@@ -365,7 +400,7 @@ class _Coalescer:
                     return await read_replies(connection, len(batch))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     await connection.disconnect()
-                    if attempt == 2 or (self._owns and connection is not self._owned):  # closed by `aclose`
+                    if attempt == 2 or (self._owns and connection is not self._owned[lane]):  # closed by `aclose`
                         raise
             raise AssertionError("unreachable")  # pragma: no cover  # noqa: TRY301
         except BaseException:
@@ -378,10 +413,13 @@ class _Coalescer:
                 await pool.release(connection)
 
     async def aclose(self) -> None:
-        """Close the connection of the direct path's own, if it has one (the next batch opens another)."""
-        connection, self._owned = self._owned, None
-        if connection is not None:
-            await connection.disconnect()
+        """Close the direct path's own connections, if it has any (the next batch opens another)."""
+        connections, self._owned = self._owned, [None] * len(self._owned)
+        closed = await asyncio.gather(
+            *(connection.disconnect() for connection in connections if connection is not None), return_exceptions=True)
+        for result in closed:  # every one was closed (or tried): then the first failure, if any
+            if isinstance(result, BaseException):
+                raise result
 
 
 # Replies (besides redirects) that send a run of the fast cluster path again through `_per_key`.
