@@ -142,3 +142,17 @@ async def test_checks_go_on_after_a_host_cancels_every_other_task(proxy: FaultPr
     finally:
         await brake.aclose()
     assert [verdict.decided_by for verdict in later] == ["redis"] * 3
+
+
+async def test_a_long_burst_on_a_cluster_keeps_each_sessions_order(cluster_url: str) -> None:
+    """The same on a 3-master Cluster: two lanes, each batch split per master, written to every master
+    before any reply is read; every session counts as made one by one."""
+    sequence = [{"q": q} for q in "ABBA"]
+    brake = AsyncDistributedBrake.from_url(cluster_url, max_repeats=100, timeout_seconds=5.0)
+    try:
+        results = await asyncio.gather(*(counts_of(brake, sequence, session=f"s{i}") for i in range(1500)))
+        again = await counts_of(brake, [{"q": "A"}], session="s7")
+    finally:
+        await brake.aclose()
+    assert all(counts == [1, 1, 2, 1] for counts in results)
+    assert again == [2]

@@ -2,8 +2,8 @@
 
 Concurrent checks are coalesced: while a pipeline of EVALSHAs is on the
 wire, new checks queue, and all that queued go out together in the next
-pipeline (on a single node, two lanes take turns, so Redis runs one pipeline
-while the event loop prepares the other). Two connections then carry a burst
+pipeline (on a single node or a Cluster, two lanes take turns, so Redis runs
+one pipeline while the event loop prepares the other). Two connections carry a burst
 of thousands of checks (no "too many connections"), and throughput at high
 concurrency is several times that of one round trip per check. A NOSCRIPT reply (flushed script cache,
 restarted or failed-over server) loads the script and sends those checks
@@ -82,8 +82,8 @@ class _Coalescer:
     than half a timeout, fails with `QueueTimeout`, which the brake decides by
     its policy without marking Redis down.
 
-    The direct path with connections of its own has two lanes, each a
-    connection with at most one batch on the wire: a queue of at least SPLIT
+    The direct path with connections of its own, and a Cluster (a connection
+    per master per batch), have two lanes, each with at most one batch on the wire: a queue of at least SPLIT
     checks is shared by both, so Redis runs one batch while the event loop
     prepares the next (on two cores, they overlap). A session has at most one
     run on the wire at a time, so its checks keep their order on any lane.
@@ -110,7 +110,7 @@ class _Coalescer:
         # A pool that limits connections (`?max_connections=N`), and a caller's client (its pool may
         # re-authenticate, cap or drop its connections), are asked for one per batch instead.
         self._owns = own and self._direct and type(client.connection_pool) is redis.asyncio.ConnectionPool
-        lanes = LANES if self._owns else 1
+        lanes = LANES if self._owns or self._cluster else 1  # a Cluster: per-node pools, a connection per batch
         self._owned: list[Any] = [None] * lanes  # each lane's connection (the direct path's own)
         self._senders: list[asyncio.Task[None] | None] = [None] * lanes
         self._states = [_IDLE] * lanes
@@ -300,13 +300,8 @@ class _Coalescer:
                 continue
             groups.setdefault(node.name, (node, []))[1].append(index)
         replies: list[Any] = [None] * len(batch)
-        results = await asyncio.gather(
-            *(_on_node(node, [batch[i] for i in indexes]) for node, indexes in groups.values()),
-            return_exceptions=True,
-        )
+        results = await _on_nodes([(node, [batch[i] for i in indexes]) for node, indexes in groups.values()])
         for (_, indexes), result in zip(groups.values(), results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
             if isinstance(result, BaseException):
                 (retry if retry_after(result) else again).extend(indexes)
                 continue
@@ -428,18 +423,41 @@ _CAREFUL = (redis.exceptions.ClusterDownError, redis.exceptions.NoScriptError)
 _UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
 
 
-async def _on_node(node: Any, runs: list[_Run]) -> list[Any]:
-    """Write `runs` to a cluster node in one send on one of its connections; read every reply."""
-    connection = node.acquire_connection()
+async def _on_nodes(work: list[tuple[Any, list[_Run]]]) -> list[Any]:
+    """Each (node, runs): the runs written in one send on one of the node's connections, every node's
+    first (so all masters work at once, with no task per node), then each node's replies read.
+
+    A node whose write or read failed has that error as its result (its connection dropped); the
+    others go on. Cancelled (the batch's deadline): every connection with replies unread is dropped.
+    No connection with unread replies ever goes back to its node.
+    """
+    taken: list[tuple[Any, Any]] = []
+    results: list[Any] = [None] * len(work)
     try:
-        await write_all(connection, [resp_evalsha(key, argv) for key, argv, *_ in runs])
-        return await read_replies(connection, len(runs))
+        for index, (node, runs) in enumerate(work):
+            connection = node.acquire_connection()
+            taken.append((node, connection))
+            try:
+                await write_all(connection, [resp_evalsha(key, argv) for key, argv, *_ in runs])
+            except Exception as error:
+                await connection.disconnect(nowait=True)
+                results[index] = error
+        for index, ((_, connection), (_, runs)) in enumerate(zip(taken, work, strict=True)):
+            if results[index] is None:
+                try:
+                    results[index] = await read_replies(connection, len(runs))
+                except Exception as error:
+                    await connection.disconnect(nowait=True)
+                    results[index] = error
     except BaseException:
-        # Cancelled or failed half-way: no connection with unread replies goes back to the node.
-        await connection.disconnect(nowait=True)
+        for index, (_, connection) in enumerate(taken):
+            if not isinstance(results[index], list):
+                await connection.disconnect(nowait=True)
         raise
     finally:
-        node.release(connection)
+        for node, connection in taken:
+            node.release(connection)
+    return results
 
 
 def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:
