@@ -115,6 +115,7 @@ class _Coalescer:
         self._senders: list[asyncio.Task[None] | None] = [None] * lanes
         self._states = [_IDLE] * lanes
         self._on_wire: set[str] = set()  # the keys of the runs on the wire
+        self._refreshing = asyncio.Lock()  # held while a Cluster's slot map is read again
         self._deadline = LazyDeadline()
         self._queue: list[_Pending] = []
         # The direct path learns of a missing script from NOSCRIPT; so does the cluster path (per node).
@@ -365,7 +366,8 @@ class _Coalescer:
             replies = await attempt(batch)
             again = [i for i, reply in enumerate(replies) if retry_after(reply)]
         if again:
-            await arefresh_topology(client)
+            async with self._refreshing:  # one slot-map refresh at a time (the lanes may both want one)
+                await arefresh_topology(client)
             for index, reply in zip(again, await attempt([batch[i] for i in again]), strict=True):
                 replies[index] = reply
                 if is_topology_error(reply):
@@ -438,6 +440,9 @@ async def _on_nodes(work: list[tuple[Any, list[_Run]]]) -> list[Any]:
             connection = node.acquire_connection()
             taken.append((node, connection))
             try:
+                stale = getattr(connection, "should_reconnect", None)  # redis-py 7+
+                if stale is not None and stale():  # marked by a slot-map refresh: a fresh socket, as redis-py does
+                    await connection.disconnect()
                 await write_all(connection, [resp_evalsha(key, argv) for key, argv, *_ in runs])
             except Exception as error:
                 await connection.disconnect(nowait=True)
