@@ -96,6 +96,29 @@ def paired(floor: Callable[[int], object], ours: Callable[[int], object], n: int
     return ours_t, floor_t
 
 
+def paired_rounds(
+    floor: Callable[[int], object], ours: Callable[[int], object], *, warmup: int, rounds: int, block: int,
+    key: str, step: Step, between: Callable[[], object] | None = None,
+) -> tuple[list[list[float]], list[list[float]]]:
+    """`warmup` pairs, then `rounds` blocks of `block` pairs (`between` after each): (ours' blocks, the floor's)."""
+    paired(floor, ours, warmup)
+    ours_r: list[list[float]] = []
+    floor_r: list[list[float]] = []
+    for index in range(rounds):
+        ours_t, floor_t = paired(floor, ours, block)
+        ours_r.append(ours_t)
+        floor_r.append(floor_t)
+        if between is not None:
+            between()
+        step(key, index + 1, rounds)
+    return ours_r, floor_r
+
+
+def flat(blocks: list[list[float]]) -> list[float]:
+    """The timings of every block, in one list."""
+    return [t for block in blocks for t in block]
+
+
 def interleaved(
     stage: str, ours: Callable[[], float], floor: Callable[[], float], rounds: int, step: Step,
 ) -> tuple[list[float], list[float]]:

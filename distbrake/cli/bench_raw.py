@@ -29,7 +29,7 @@ from ..redis.sync import DistributedBrake
 from ..redis.wire import encode_call, resp_evalsha, script_source
 from ..settings import BrakeSettings
 from .bench_floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired, ratio_figure
+from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired_rounds, ratio_figure
 from .bench_server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
 
 __all__ = ["server_cost", "sync_check_raw"]
@@ -69,14 +69,9 @@ def sync_check_raw(
             return check("search", SMALL_ARGS[i & 1], session_id=session)
 
         with pinned(pin_cpu, server_pid(parsed, info)) as how:
-            paired(floor, ours, warmup)
-            ours_m: list[float] = []
-            floor_m: list[float] = []
-            for index in range(rounds):
-                ours_t, floor_t = paired(floor, ours, block)
-                ours_m.append(statistics.median(ours_t))
-                floor_m.append(statistics.median(floor_t))
-                step(key, index + 1, rounds)
+            ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key, step=step)
+        ours_m = [statistics.median(t) for t in ours_r]
+        floor_m = [statistics.median(t) for t in floor_r]
         brake.clear(session)
     finally:
         raw.close()

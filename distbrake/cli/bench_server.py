@@ -30,7 +30,7 @@ from ..redis.connect import async_client, sync_client
 from ..redis.sync import DistributedBrake
 from ..rules import ToolRules
 from ..settings import BrakeOptions, BrakeSettings, load_settings
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired, ratio_figure
+from .bench_local import SMALL_ARGS, Figure, Step, flat, no_step, paired_rounds, ratio_figure
 
 FLOOR_SCRIPT = "return 1"
 CONCURRENCY = 64
@@ -86,14 +86,9 @@ def sync_check_latency(
         def ours(i: int) -> object:
             return brake.check("search", SMALL_ARGS[i & 1], session_id=session)
 
-        paired(floor, ours, warmup)
-        ours_t: list[float] = []
-        floor_t: list[float] = []
-        for index in range(rounds):
-            ours_block, floor_block = paired(floor, ours, block)
-            ours_t += ours_block
-            floor_t += floor_block
-            step("sync_check_latency", index + 1, rounds)
+        ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block,
+                                        key="sync_check_latency", step=step)
+        ours_t, floor_t = flat(ours_r), flat(floor_r)
         brake.clear(session)
     finally:
         brake.close()
@@ -148,14 +143,8 @@ def rules_cost(
                 ruled.observe(verdict, {"status": "running"})
             return verdict
 
-        paired(floor, ours, warmup)
-        ours_t: list[float] = []
-        floor_t: list[float] = []
-        for index in range(rounds):
-            ours_block, floor_block = paired(floor, ours, block)
-            ours_t += ours_block
-            floor_t += floor_block
-            step(key, index + 1, rounds)
+        ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key, step=step)
+        ours_t, floor_t = flat(ours_r), flat(floor_r)
         plain.clear(plain_session)
         plain.clear(ruled_session)
     finally:

@@ -23,7 +23,7 @@ from typing import Any
 from ..redis.aio import AsyncDistributedBrake
 from ..redis.sync import DistributedBrake
 from ..settings import BrakeSettings
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired, ratio_figure
+from .bench_local import SMALL_ARGS, Figure, Step, flat, no_step, paired_rounds, ratio_figure
 from .bench_server import CONCURRENCY
 
 SYNC_NAME = "sync check, OTel on vs off (median)"
@@ -86,15 +86,10 @@ def otel_sync_check(
         def ours(i: int) -> object:
             return on.check("search", SMALL_ARGS[i & 1], session_id=session)
 
-        paired(floor, ours, warmup)
-        on_t: list[float] = []
-        off_t: list[float] = []
-        for index in range(rounds):
-            on_block, off_block = paired(floor, ours, block)
-            on_t += on_block
-            off_t += off_block
-            reader.get_metrics_data()  # a reader's collection, between blocks (off the checks' path)
-            step(key, index + 1, rounds)
+        # a reader's collection between blocks (off the checks' path)
+        on_r, off_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key, step=step,
+                                    between=reader.get_metrics_data)
+        on_t, off_t = flat(on_r), flat(off_r)
         off.clear(session)
         on.clear(session)
     finally:
