@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from .errors import LoopBrakeError
+from .errors import BrakeUnavailableError, LoopBrakeError
 from .identity import call_hash, hash_prefix
 from .rules import strip_fields, warning_text
 from .session import resolve_call_id, resolve_session
@@ -216,13 +216,18 @@ class SyncCheck(BrakeCore):
         context: object = None,
     ) -> Verdict:
         """Count this call; raise `LoopBrakeError` if it is the Nth identical in a row."""
-        if self.watch is not None:
-            return self.watch.run(self._check, tool, args, session_id, call_id, context)
-        return self._check(tool, args, session_id, call_id, context)
-
-    def _check(self, tool: str, args: Any, session_id: object, call_id: object, context: object) -> Verdict:
-        call = self.prepare(tool, args, session_id, call_id, context)
-        return call if isinstance(call, Verdict) else self.decide(call)
+        watch = self.watch
+        start = 0.0 if watch is None else watch.start()
+        try:
+            call = self.prepare(tool, args, session_id, call_id, context)
+            verdict = call if isinstance(call, Verdict) else self.decide(call)
+        except (LoopBrakeError, BrakeUnavailableError) as error:
+            if watch is not None:
+                watch.raised(error, start, call_id, context)
+            raise
+        if watch is not None:
+            watch.done(verdict, start, call_id, context)
+        return verdict
 
     def decide(self, call: PreparedCall) -> Verdict:
         """The verdict of a prepared call: count it in this brake's backend, then judge."""

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Unpack
 
 import redis.asyncio.cluster
@@ -24,7 +24,7 @@ import redis.exceptions
 from redis.crc import key_slot
 
 from ..core import SessionState, Verdict
-from ..errors import EventLoopError
+from ..errors import BrakeUnavailableError, EventLoopError, LoopBrakeError
 from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
@@ -57,8 +57,9 @@ CHECK_ARGS = 6  # the ARGV of a check; an observation has one more (see lua/brak
 
 # (key, argv, the check's deadline on the loop clock, its future)
 _Pending = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any]"]
-# What goes on the wire: (key, argv of the run, the run's earliest deadline, the run's futures)
-_Run = tuple[str, tuple[Any, ...], float, "list[asyncio.Future[Any]]"]
+# What goes on the wire: (key, argv of the run, the run's earliest deadline, the run's futures). A run
+# of one check is its `_Pending` itself, with its one future (no object more per check on the wire).
+_Run = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any] | list[asyncio.Future[Any]]"]
 
 # The clients `AsyncDistributedBrake.connect` built, with what it built them from: a brake owns
 # such a client, and gives each new event loop a fresh one (see `AsyncDistributedBrake._bind`).
@@ -125,9 +126,10 @@ class _Coalescer:
         self._one_at_a_time = True
         self._inline: asyncio.Future[None] | None = None  # done when the check sent so is answered
 
-    async def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
+    def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Awaitable[Any]:
+        """The reply to one check, to be awaited: its future (a plain call, no coroutine per check)."""
         if self._one_at_a_time and self._inline is None and not self._queue and max(self._states) == _IDLE:
-            return await self._alone(key, argv, deadline)
+            return self._alone(key, argv, deadline)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queue = self._queue
         queue.append((key, argv, deadline, future))
@@ -138,7 +140,7 @@ class _Coalescer:
             lane = states.index(_IDLE)
             states[lane] = _STARTING
             self._senders[lane] = asyncio.create_task(self._send_all(lane))
-        return await future
+        return future
 
     async def _alone(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
         """Send one check from the caller's task, a batch of its own (no sender task, no extra loop turn).
@@ -177,7 +179,7 @@ class _Coalescer:
                 if self._queue and on_wire:
                     break  # what is left waits for its session's run on another lane; that lane takes it
                 continue
-            self._one_at_a_time = len(batch) == 1 and len(batch[0][3]) == 1
+            self._one_at_a_time = len(batch) == 1 and not isinstance(batch[0][3], list)
             keys = [run[0] for run in batch]
             on_wire.update(keys)
             states[lane] = _SENDING
@@ -189,20 +191,21 @@ class _Coalescer:
                 failure: BaseException = error
                 if isinstance(error, TimeoutError) and loop.time() - sent_at < self._timeout / 2:
                     failure = QueueTimeout()  # the batch never had a fair share of the timeout
-                for *_, futures in batch:
-                    _fail(futures, failure)
+                for run in batch:
+                    _fail(run[3], failure)
                 if isinstance(error, asyncio.CancelledError):
                     raise
                 continue
             finally:
                 on_wire.difference_update(keys)
                 states[lane] = _STARTING
-            for (*_, futures), reply in zip(batch, replies, strict=True):
+            for run, reply in zip(batch, replies, strict=True):
+                futures = run[3]
                 if isinstance(reply, BaseException):
                     _fail(futures, reply)
-                elif len(futures) == 1:
-                    if not futures[0].done():
-                        futures[0].set_result(reply)
+                elif not isinstance(futures, list):  # the common case: a run of one
+                    if not futures.done():
+                        futures.set_result(reply)
                 else:
                     for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
                         if not future.done():
@@ -219,27 +222,32 @@ class _Coalescer:
         one waits, every later check of that session waits too). A check whose
         deadline passed while it queued is not sent (`QueueTimeout`).
         """
-        runs: dict[str, list[_Pending]] = {}
+        runs: dict[str, _Pending | list[_Pending]] = {}  # a run of one is its check (the common case)
         waiting: set[str] = set(self._on_wire)
         later: list[_Pending] = []
         for item in self._queue:
             key, argv, deadline, future = item
             if deadline <= now:
-                _fail([future], QueueTimeout())
+                _fail(future, QueueTimeout())
                 continue
-            run = runs.get(key)
-            if key in waiting:
-                later.append(item)
-            elif run is None and len(runs) < limit:
-                runs[key] = [item]
-            elif run is not None and len(run) < MAX_RUN and _same_call(run[0][1], argv):
-                run.append(item)
-            else:
-                waiting.add(key)
-                later.append(item)
+            if key not in waiting:
+                run = runs.get(key)
+                if run is None:
+                    if len(runs) < limit:
+                        runs[key] = item
+                        continue
+                elif isinstance(run, list):
+                    if len(run) < MAX_RUN and _same_call(run[0][1], argv):
+                        run.append(item)
+                        continue
+                elif _same_call(run[1], argv):
+                    runs[key] = [run, item]
+                    continue
+                waiting.add(key)  # once one check of a session waits, every later one does
+            later.append(item)
         self._queue = later
         return [
-            (key, run[0][1], run[0][2], [run[0][3]]) if len(run) == 1  # the common case: a run of one
+            run if not isinstance(run, list)
             else (key, encode_run([item[1] for item in run]), min(item[2] for item in run), [item[3] for item in run])
             for key, run in runs.items()
         ]
@@ -293,9 +301,9 @@ class _Coalescer:
         again: list[int] = []  # not sent, or failed otherwise: the whole careful way
         retry: list[int] = []  # redirected (or the node failed inside redis-py): the retry after a refresh
         manager = client.nodes_manager
-        for index, (key, *_) in enumerate(batch):
+        for index, run in enumerate(batch):
             try:
-                node = manager.get_node_from_slot(key_slot(key.encode("utf-8")))
+                node = manager.get_node_from_slot(key_slot(run[0].encode("utf-8")))
             except _UNROUTED:
                 again.append(index)
                 continue
@@ -389,7 +397,7 @@ class _Coalescer:
                 connection = self._owned[lane] = pool.connection_class(**pool.connection_kwargs)
         else:
             connection = await pool.get_connection()
-        packed = [resp_evalsha(key, argv) for key, argv, *_ in batch]
+        packed = [resp_evalsha(run[0], run[1]) for run in batch]
         try:
             for attempt in (1, 2):
                 try:
@@ -443,7 +451,7 @@ async def _on_nodes(work: list[tuple[Any, list[_Run]]]) -> list[Any]:
                 stale = getattr(connection, "should_reconnect", None)  # redis-py 7+
                 if stale is not None and stale():  # marked by a slot-map refresh: a fresh socket, as redis-py does
                     await connection.disconnect()
-                await write_all(connection, [resp_evalsha(key, argv) for key, argv, *_ in runs])
+                await write_all(connection, [resp_evalsha(run[0], run[1]) for run in runs])
             except Exception as error:
                 await connection.disconnect(nowait=True)
                 results[index] = error
@@ -473,8 +481,8 @@ def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:
     )
 
 
-def _fail(futures: list[asyncio.Future[Any]], error: BaseException) -> None:
-    for future in futures:
+def _fail(futures: asyncio.Future[Any] | list[asyncio.Future[Any]], error: BaseException) -> None:
+    for future in futures if isinstance(futures, list) else (futures,):
         if not future.done():
             future.set_exception(error)
 
@@ -510,33 +518,47 @@ class AsyncDistributedBrake(DistributedBase):
         call_id: object = None,
         context: object = None,
     ) -> Verdict:
-        """Count this call in Redis; raise `LoopBrakeError` if it is the Nth identical in a row."""
-        if self.watch is not None:
-            return await self.watch.arun(self._check, tool, args, session_id, call_id, context)
-        return await self._check(tool, args, session_id, call_id, context)
+        """Count this call in Redis; raise `LoopBrakeError` if it is the Nth identical in a row.
 
-    async def _check(self, tool: str, args: Any, session_id: object, call_id: object, context: object) -> Verdict:
-        call = self.prepare(tool, args, session_id, call_id, context)
-        if isinstance(call, Verdict):
-            return call
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._bind(loop)
-        ticket = self.failures.health.attempt()
-        if ticket == NO_TRY:
-            return self.without_redis(call, None)
-        key, argv = self.encode(call)
+        One coroutine per check, the whole way to the reply (the watch's steps
+        are plain calls; the coalescer hands back its future): under a load of
+        thousands of checks at once, each object a check keeps alive costs the
+        garbage collector.
+        """
+        watch = self.watch
+        start = 0.0 if watch is None else watch.start()
         try:
-            reply = await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
-        except QueueTimeout as error:  # queued behind the brake's own work: not Redis's failure
-            self.failures.health.abandoned(ticket)
-            return self.failures.decide(call, error)
-        except BACKEND_ERRORS as error:
-            return self.without_redis(call, error, ticket)
-        except BaseException:  # cancelled by the host: a probe must not stay claimed forever
-            self.failures.health.abandoned(ticket)
+            call = self.prepare(tool, args, session_id, call_id, context)
+            if isinstance(call, Verdict):
+                verdict = call
+            else:
+                loop = asyncio.get_running_loop()
+                if self._loop is not loop:
+                    self._bind(loop)
+                ticket = self.failures.health.attempt()
+                if ticket == NO_TRY:
+                    verdict = self.without_redis(call, None)
+                else:
+                    key, argv = self.encode(call)
+                    try:
+                        reply = await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
+                    except QueueTimeout as error:  # queued behind the brake's own work: not Redis's failure
+                        self.failures.health.abandoned(ticket)
+                        verdict = self.failures.decide(call, error)
+                    except BACKEND_ERRORS as error:
+                        verdict = self.without_redis(call, error, ticket)
+                    except BaseException:  # cancelled by the host: a probe must not stay claimed forever
+                        self.failures.health.abandoned(ticket)
+                        raise
+                    else:
+                        verdict = self.verdict(call, reply, ticket)
+        except (LoopBrakeError, BrakeUnavailableError) as error:
+            if watch is not None:
+                watch.raised(error, start, call_id, context)
             raise
-        return self.verdict(call, reply, ticket)
+        if watch is not None:
+            watch.done(verdict, start, call_id, context)
+        return verdict
 
     async def observe(self, verdict: Verdict, result: object) -> None:
         """After the tool ran: its result (or raised exception), for a progress-aware tool's streak.

@@ -2,14 +2,15 @@
 
 Chosen once when the brake is built (`build_watch`); a brake with nothing to
 report has no `Watch` and its check pays one attribute test. Sync and async
-brakes share every step but the `await` (`run` / `arun`).
+brakes share every step: their `check` takes `start()`, then reports the
+verdict (`done`) or what the check raised (`raised`), with no wrapper of its
+own around the check (no call and no coroutine more per check).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import BrakeUnavailableError, LoopBrakeError
 from ..session import resolve_call_id
@@ -83,37 +84,17 @@ class Watch:
         self._on_warn = on_warn
         self._fleet = fleet
 
-    def run(
-        self, check: Callable[[str, Any, object, object, object], Verdict],
-        tool: str, args: Any, session_id: object, call_id: object, context: object,
-    ) -> Verdict:
-        start = _clock()
-        try:
-            verdict = check(tool, args, session_id, call_id, context)
-        except LoopBrakeError as error:
-            self.denied(error, start, call_id, context)
-            raise
-        except BrakeUnavailableError:
-            self.recorder.fallback("closed")
-            raise
-        self.done(verdict, start, call_id, context)
-        return verdict
+    @staticmethod
+    def start() -> float:
+        """The clock reading a check's duration is measured from (`done`, `raised`)."""
+        return _clock()
 
-    async def arun(
-        self, check: Callable[[str, Any, object, object, object], Awaitable[Verdict]],
-        tool: str, args: Any, session_id: object, call_id: object, context: object,
-    ) -> Verdict:
-        start = _clock()
-        try:
-            verdict = await check(tool, args, session_id, call_id, context)
-        except LoopBrakeError as error:
+    def raised(self, error: BaseException, start: float, call_id: object, context: object) -> None:
+        """A check that raised: a denial is reported (`denied`), the closed policy's refusal counted."""
+        if isinstance(error, LoopBrakeError):
             self.denied(error, start, call_id, context)
-            raise
-        except BrakeUnavailableError:
+        elif isinstance(error, BrakeUnavailableError):
             self.recorder.fallback("closed")
-            raise
-        self.done(verdict, start, call_id, context)
-        return verdict
 
     def flush(self) -> None:
         """Wait (bounded) for the fleet view's writes of a sync brake; the brake's `close()` calls it."""
