@@ -13,6 +13,9 @@ import pytest
 import redis
 
 from distbrake import DistributedBrake, session_key
+from distbrake.core import PreparedCall
+from distbrake.redis import wire
+from distbrake.redis.wire import encode_call, resp_evalsha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
 
 STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
@@ -73,3 +76,31 @@ def test_the_script_keeps_integer_counts_on_lua_5_4() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "FAKEREDIS_LUA_VERSION": "5.4"}, timeout=60)
     assert out.stdout.split() == ["2", "2"]
+
+
+@pytest.mark.parametrize("cycles", [None, (4, 3)])
+@pytest.mark.parametrize("session", ["s", "thread-" + str(uuid.UUID(int=7)), "x" * 300, "é\n{*}"])
+@pytest.mark.parametrize("tool", ["search", "t" * 300])
+def test_a_checks_packed_evalsha_is_its_key_and_argv_on_the_wire(
+    session: str, tool: str, cycles: tuple[int, int] | None,
+) -> None:
+    """`encode_call` packs the EVALSHA from its cached parts: the very bytes of `resp_evalsha(key, argv)`."""
+    for call_id, warn_at, enforce, progress in ((None, None, True, False), ("c-1", 2, False, True)):
+        call = PreparedCall(tool, "ab" * 32, session, call_id, 5, warn_at, enforce, progress)
+        for _ in range(2):  # made, then from the cache
+            key, argv, packed = encode_call(call, "team", 60_000, 500, cycles)
+            assert key == session_key(session, "team")
+            assert packed == resp_evalsha(key, argv)
+            assert len(argv) == (6 if cycles is None else 8)
+
+
+def test_a_process_with_thousands_of_sessions_at_once_keeps_each_ones_encoding() -> None:
+    """8,000 sessions checked in turn, again and again, are each encoded once (at 4096 tasks with a cache
+    of 4,096, every check of a session missed: a fifth of the time at that load)."""
+    calls = [PreparedCall("search", "cd" * 32, f"thread-{uuid.uuid4()}", None, 3) for _ in range(8000)]
+    for call in calls:
+        encode_call(call, "cache", 60_000, 500)
+    before = wire._fixed.cache_info()
+    for call in calls:
+        encode_call(call, "cache", 60_000, 500)
+    assert wire._fixed.cache_info().hits - before.hits == len(calls)

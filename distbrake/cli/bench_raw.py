@@ -26,7 +26,7 @@ from typing import Any
 from ..core import PreparedCall
 from ..redis.connect import sync_client
 from ..redis.sync import DistributedBrake
-from ..redis.wire import encode_call, resp_evalsha, script_source
+from ..redis.wire import encode_call, script_source
 from ..settings import BrakeSettings
 from .bench_floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
 from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired_rounds, ratio_figure
@@ -92,7 +92,7 @@ def _checks(prefix: str, sessions: list[str], digests: list[str], count: int, st
     for i in range(start, start + count):
         index = i % len(sessions)
         call = PreparedCall(MEMORY_TOOL, digests[index], sessions[index], None, 1_000_000)
-        out.append(resp_evalsha(*encode_call(call, prefix, ttl_ms, window_ms)))
+        out.append(encode_call(call, prefix, ttl_ms, window_ms)[2])
     return out
 
 

@@ -55,11 +55,12 @@ SPLIT = 16  # a queue this long is shared by two lanes: Python prepares one batc
 _IDLE, _STARTING, _SENDING = 0, 1, 2  # a lane's state
 CHECK_ARGS = 6  # the ARGV of a check; an observation has one more (see lua/brake.lua)
 
-# (key, argv, the check's deadline on the loop clock, its future)
-_Pending = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any]"]
-# What goes on the wire: (key, argv of the run, the run's earliest deadline, the run's futures). A run
-# of one check is its `_Pending` itself, with its one future (no object more per check on the wire).
-_Run = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any] | list[asyncio.Future[Any]]"]
+# (key, argv, the check's deadline on the loop clock, its future, its packed EVALSHA)
+_Pending = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any]", bytes]
+# What goes on the wire: (key, argv of the run, the run's earliest deadline, the run's futures, the packed
+# EVALSHA of the run). A run of one check is its `_Pending` itself, with its one future (no object more
+# per check on the wire).
+_Run = tuple[str, tuple[Any, ...], float, "asyncio.Future[Any] | list[asyncio.Future[Any]]", bytes]
 
 # The clients `AsyncDistributedBrake.connect` built, with what it built them from: a brake owns
 # such a client, and gives each new event loop a fresh one (see `AsyncDistributedBrake._bind`).
@@ -126,13 +127,13 @@ class _Coalescer:
         self._one_at_a_time = True
         self._inline: asyncio.Future[None] | None = None  # done when the check sent so is answered
 
-    def call(self, key: str, argv: tuple[Any, ...], deadline: float) -> Awaitable[Any]:
-        """The reply to one check, to be awaited: its future (a plain call, no coroutine per check)."""
+    def call(self, key: str, argv: tuple[Any, ...], packed: bytes, deadline: float) -> Awaitable[Any]:
+        """The reply to one check (`packed`: its EVALSHA), to be awaited: its future (a plain call, no coroutine)."""
         if self._one_at_a_time and self._inline is None and not self._queue and max(self._states) == _IDLE:
-            return self._alone(key, argv, deadline)
+            return self._alone(key, argv, packed, deadline)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queue = self._queue
-        queue.append((key, argv, deadline, future))
+        queue.append((key, argv, deadline, future, packed))
         states = self._states
         # A lane starts when none is at work (else one that is takes this check when it is done),
         # and another once the queue is long enough to share.
@@ -142,7 +143,7 @@ class _Coalescer:
             self._senders[lane] = asyncio.create_task(self._send_all(lane))
         return future
 
-    async def _alone(self, key: str, argv: tuple[Any, ...], deadline: float) -> Any:
+    async def _alone(self, key: str, argv: tuple[Any, ...], packed: bytes, deadline: float) -> Any:
         """Send one check from the caller's task, a batch of its own (no sender task, no extra loop turn).
 
         Checks that come meanwhile queue; their sender waits for this one, so
@@ -151,7 +152,7 @@ class _Coalescer:
         self._inline = asyncio.get_running_loop().create_future()
         try:
             with self._deadline.bound(deadline):
-                reply = (await self._send([(key, argv, deadline, [])], 0))[0]
+                reply = (await self._send([(key, argv, deadline, [], packed)], 0))[0]
         finally:
             self._inline.set_result(None)
             self._inline = None
@@ -226,7 +227,7 @@ class _Coalescer:
         waiting: set[str] = set(self._on_wire)
         later: list[_Pending] = []
         for item in self._queue:
-            key, argv, deadline, future = item
+            key, argv, deadline, future, _ = item
             if deadline <= now:
                 _fail(future, QueueTimeout())
                 continue
@@ -246,11 +247,7 @@ class _Coalescer:
                 waiting.add(key)  # once one check of a session waits, every later one does
             later.append(item)
         self._queue = later
-        return [
-            run if not isinstance(run, list)
-            else (key, encode_run([item[1] for item in run]), min(item[2] for item in run), [item[3] for item in run])
-            for key, run in runs.items()
-        ]
+        return [run if not isinstance(run, list) else _joined(key, run) for key, run in runs.items()]
 
     async def _send(self, batch: list[_Run], lane: int) -> list[Any]:
         if not self._loaded:  # load once up front rather than learn it from a burst of NOSCRIPTs
@@ -397,7 +394,7 @@ class _Coalescer:
                 connection = self._owned[lane] = pool.connection_class(**pool.connection_kwargs)
         else:
             connection = await pool.get_connection()
-        packed = [resp_evalsha(run[0], run[1]) for run in batch]
+        packed = [run[4] for run in batch]
         try:
             for attempt in (1, 2):
                 try:
@@ -451,7 +448,7 @@ async def _on_nodes(work: list[tuple[Any, list[_Run]]]) -> list[Any]:
                 stale = getattr(connection, "should_reconnect", None)  # redis-py 7+
                 if stale is not None and stale():  # marked by a slot-map refresh: a fresh socket, as redis-py does
                     await connection.disconnect()
-                await write_all(connection, [resp_evalsha(run[0], run[1]) for run in runs])
+                await write_all(connection, [run[4] for run in runs])
             except Exception as error:
                 await connection.disconnect(nowait=True)
                 results[index] = error
@@ -479,6 +476,12 @@ def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:
     return bool(
         len(argv) == CHECK_ARGS and first[0][:CALL_HEAD] == argv[0][:CALL_HEAD] and first[1:] == argv[1:]
     )
+
+
+def _joined(key: str, run: list[_Pending]) -> _Run:
+    """Identical checks of one session as one run (one script call, see `wire.encode_run`)."""
+    argv = encode_run([item[1] for item in run])
+    return key, argv, min(item[2] for item in run), [item[3] for item in run], resp_evalsha(key, argv)
 
 
 def _fail(futures: asyncio.Future[Any] | list[asyncio.Future[Any]], error: BaseException) -> None:
@@ -539,9 +542,10 @@ class AsyncDistributedBrake(DistributedBase):
                 if ticket == NO_TRY:
                     verdict = self.without_redis(call, None)
                 else:
-                    key, argv = self.encode(call)
+                    key, argv, packed = self.encode(call)
                     try:
-                        reply = await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
+                        reply = await self._coalescer.call(
+                            key, argv, packed, loop.time() + self.settings.timeout_seconds)
                     except QueueTimeout as error:  # queued behind the brake's own work: not Redis's failure
                         self.failures.health.abandoned(ticket)
                         verdict = self.failures.decide(call, error)
@@ -573,7 +577,8 @@ class AsyncDistributedBrake(DistributedBase):
         if self._loop is not loop:  # the first call on a new loop: its own connections and timer
             self._bind(loop)
         try:
-            await self._coalescer.call(key, argv, loop.time() + self.settings.timeout_seconds)
+            await self._coalescer.call(
+                key, argv, resp_evalsha(key, argv), loop.time() + self.settings.timeout_seconds)
         except QueueTimeout as error:
             self.observation_failed(error)
         except BACKEND_ERRORS as error:

@@ -24,6 +24,7 @@ from ..urls import ParsedURL
 from ..wrap import GuardMixin
 from .wire import (
     FIELDS,
+    Encoded,
     decode_reply,
     decode_state,
     encode_call,
@@ -133,7 +134,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
     def key_pattern(self) -> str:
         return key_pattern(self.settings.key_prefix)
 
-    def encode(self, call: PreparedCall) -> tuple[str, tuple[bytes | int, ...]]:
+    def encode(self, call: PreparedCall) -> Encoded:
+        """KEYS[1], ARGV and the packed EVALSHA of a check of `call` (see `wire.encode_call`)."""
         return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles)
 
     def observation(self, verdict: Verdict, result: object) -> tuple[str, tuple[bytes | int, ...]] | None:
@@ -151,7 +153,7 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
             if verdict.decided_by == "fallback":
                 self.failures.local.observe_digest(call, digest)
             return None
-        key, argv = self.encode(call)
+        key, argv, _ = self.encode(call)
         return key, (*argv[:6], digest)  # an observation has no cycle arguments
 
     def observation_failed(self, error: BaseException) -> None:

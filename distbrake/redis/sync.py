@@ -1,7 +1,7 @@
 """`DistributedBrake`: the sync Redis brake. It only sends and receives.
 
 One check is one EVALSHA of `lua/brake.lua`. On a single node (or a
-Sentinel-managed master) the EVALSHA, packed once by `wire.resp_evalsha`, is
+Sentinel-managed master) the EVALSHA, packed by `wire.encode_call`, is
 written straight to a pooled redis-py connection; on a Cluster the client
 routes it. Either way a NOSCRIPT reply loads the script and sends the
 check again. Everything else is in `distributed.py`.
@@ -81,11 +81,11 @@ class DistributedBrake(SyncCheck, DistributedBase):
         ticket = self.failures.health.attempt()
         if ticket == NO_TRY:
             return self.without_redis(call, None)
-        key, argv = self.encode(call)
+        key, argv, packed = self.encode(call)
         try:
             reply = (
-                self._on_connection(resp_evalsha(key, argv)) if self._direct
-                else self._on_cluster(key, argv) if self._cluster
+                self._on_connection(packed) if self._direct
+                else self._on_cluster(key, argv, packed) if self._cluster
                 else self._evalsha(key, argv)
             )
         except BACKEND_ERRORS as error:
@@ -108,13 +108,13 @@ class DistributedBrake(SyncCheck, DistributedBase):
             if self._direct:
                 self._on_connection(resp_evalsha(key, argv))
             elif self._cluster:
-                self._on_cluster(key, argv)
+                self._on_cluster(key, argv, resp_evalsha(key, argv))
             else:
                 self._evalsha(key, argv)
         except BACKEND_ERRORS as error:
             self.observation_failed(error)
 
-    def _on_cluster(self, key: str, argv: tuple[bytes | int, ...]) -> Any:
+    def _on_cluster(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
         """A Cluster check sent straight to its master, on this thread's connection to it.
 
         The master comes from the client's slot map. A redirect (MOVED, ASK,
@@ -133,7 +133,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
         except _UNROUTED:
             return self._evalsha(key, argv)
         try:
-            return self._on_connection(resp_evalsha(key, argv), pool, node.name)
+            return self._on_connection(packed, pool, node.name)
         except REDIRECT_ERRORS:
             return self._evalsha(key, argv, sent=True)
         except (redis.exceptions.ClusterDownError, redis.exceptions.ConnectionError):

@@ -25,6 +25,7 @@ __all__ = [
     "FIELDS",
     "SESSION_BYTES",
     "TOOL_BYTES",
+    "Encoded",
     "decode_reply",
     "decode_state",
     "encode_call",
@@ -62,19 +63,17 @@ def _evalsha_head() -> bytes:
 
 
 def resp_evalsha(key: str, argv: tuple[bytes | int, ...]) -> bytes:
-    """One `EVALSHA <sha> 1 key argv...` in Redis's wire format.
+    """One `EVALSHA <sha> 1 key argv...` in Redis's wire format (a check's is packed by `encode_call`).
 
     The sync and async brakes write this straight to a redis-py connection on
-    a single node. Only ARGV[1] (the call) changes between checks of one
-    session and tool, so the rest is packed once and cached.
+    a single node.
     """
     head, tail = _packed_parts(key, argv[1:])
-    call = cast(bytes, argv[0])  # encode_call always puts the call's bytes first
-    return head + _bulk(call) + tail
+    return head + _bulk(cast(bytes, argv[0])) + tail
 
 
-@lru_cache(maxsize=4096)
 def _packed_parts(key: str, rest: tuple[bytes | int, ...]) -> tuple[bytes, bytes]:
+    """What comes before and after ARGV[1] in `resp_evalsha`."""
     head = b"*%d\r\n" % (5 + len(rest)) + _evalsha_head() + _bulk(key.encode("utf-8"))
     tail = b"".join(_bulk(arg if isinstance(arg, bytes) else b"%d" % arg) for arg in rest)
     return head, tail
@@ -107,13 +106,6 @@ def session_key(session_id: str, key_prefix: str = "distbrake") -> str:
     braces, globs, newlines, any Unicode); it holds no hash tag, so sessions
     spread over every Cluster slot.
     """
-    if len(session_id) <= 256:
-        return _cached_key(session_id, key_prefix)
-    return _derive_key(session_id, key_prefix)
-
-
-@lru_cache(maxsize=4096)
-def _cached_key(session_id: str, key_prefix: str) -> str:
     return _derive_key(session_id, key_prefix)
 
 
@@ -149,23 +141,47 @@ def _cut(text: str, limit: int) -> bytes:
     return _utf8(data[:limit].decode("utf-8", "ignore"))
 
 
+CACHED_CALLS = 8192  # the session, tool and rules whose encoding `encode_call` keeps (about 0.7 KB each)
+CACHED_TEXT = 256  # a session id or tool name longer than this is encoded afresh each time (bounded memory)
+
+Encoded = tuple[str, tuple[bytes | int, ...], bytes]
+
+
 def encode_call(
     call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None = None
-) -> tuple[str, tuple[bytes | int, ...]]:
-    """KEYS[1] and ARGV for one check (see the header of lua/brake.lua).
+) -> Encoded:
+    """KEYS[1], ARGV and the packed EVALSHA (`resp_evalsha`) for one check (see the header of lua/brake.lua).
 
-    `cycles`: (max_cycle_period, cycle_repeats) when the cycle rule is on; it
-    adds ARGV[7] and ARGV[8].
+    Only ARGV[1] (the call hash, the ttl and the call id) changes between the
+    checks of one session and tool: the rest, key and packed parts included,
+    is made once and kept for the last CACHED_CALLS of them (one look-up per
+    check). `cycles`: (max_cycle_period, cycle_repeats) when the cycle rule is
+    on; it adds ARGV[7] and ARGV[8].
     """
-    argv: tuple[bytes | int, ...] = (
-        bytes.fromhex(call.digest[:32]) + ttl_ms.to_bytes(5, "big") + _call_id_bytes(call.call_id),
-        call.max_repeats,
-        ttl_ms,
-        about(call.tool_name, call.session_id),
-        window_ms,
-        judged_by(call.max_repeats, call.warn_at, call.enforce, call.progress),
+    session, tool = call.session_id, call.tool_name
+    fixed = _fixed if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT else _fixed.__wrapped__
+    key, rest, ttl, head, tail = fixed(
+        session, tool, call.max_repeats, call.warn_at, call.enforce, call.progress, key_prefix, ttl_ms, window_ms,
+        cycles)
+    first = bytes.fromhex(call.digest[:32]) + ttl + _call_id_bytes(call.call_id)
+    return key, (first, *rest), b"".join((head, first, tail))
+
+
+@lru_cache(maxsize=CACHED_CALLS)
+def _fixed(
+    session_id: str, tool_name: str, max_repeats: int, warn_at: int | None, enforce: bool, progress: bool,
+    key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None,
+) -> tuple[str, tuple[bytes | int, ...], bytes, bytes, bytes]:
+    """What `encode_call` makes once per session, tool and rules: key, ARGV[2:], ttl bytes, packed head and tail."""
+    key = session_key(session_id, key_prefix)
+    rest: tuple[bytes | int, ...] = (
+        max_repeats, ttl_ms, about(tool_name, session_id), window_ms,
+        judged_by(max_repeats, warn_at, enforce, progress),
     )
-    return session_key(call.session_id, key_prefix), argv if cycles is None else (*argv, *cycles)
+    if cycles is not None:
+        rest = (*rest, *cycles)
+    head, tail = _packed_parts(key, rest)
+    return key, rest, ttl_ms.to_bytes(5, "big"), head + b"$%d\r\n" % CALL_BYTES, b"\r\n" + tail
 
 
 UUID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -181,17 +197,6 @@ def about(tool_name: str, session_id: str) -> bytes:
     enough for Redis's compact hash encoding; an id holding a zero byte is
     kept as it is.
     """
-    if len(session_id) <= 256:
-        return _cached_about(tool_name, session_id)
-    return _about(tool_name, session_id)
-
-
-@lru_cache(maxsize=4096)
-def _cached_about(tool_name: str, session_id: str) -> bytes:
-    return _about(tool_name, session_id)
-
-
-def _about(tool_name: str, session_id: str) -> bytes:
     tool = _cut(tool_name, TOOL_BYTES)
     session = _cut(session_id, SESSION_BYTES)
     flag = 0
@@ -229,6 +234,7 @@ _JUDGED = re.compile(rb"([0-9]{1,18})(?:w([0-9]{1,18}))?(s?)p?")
 
 
 CALL_HEAD = 21  # bytes of ARGV[1] before the call ids: call hash (16) and ttl (5)
+CALL_BYTES = CALL_HEAD + 5  # ARGV[1] of one check: and its call id's 5 bytes
 
 
 def encode_run(argvs: Sequence[tuple[bytes | int, ...]]) -> tuple[bytes | int, ...]:
