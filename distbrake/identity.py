@@ -63,6 +63,7 @@ _ORJSON_OPTIONS = (
 # The same bytes may stand inside a string ("v1.0,"); `_fix_floats` checks.
 _INTEGRAL_END = re.compile(rb"\.0(?:[,\]}]|\Z)")
 _EXPONENTS = (b"e+", b"e-")
+_FEW_SIGNS = 64  # "+" or "-" bytes looked at one by one before the exponent search goes by pairs
 _DIGITS = frozenset(b"0123456789")
 _NUMBER_BYTES = frozenset(b"0123456789.eE+-")
 # Bytes below 0xF0: deleting them leaves only lead bytes of characters above
@@ -133,7 +134,18 @@ def _float_candidates(data: bytes) -> list[int]:
     # than three `find` loops); `find` for the exponents.
     found = [match.start() for match in _INTEGRAL_END.finditer(data)]
     for pattern in _EXPONENTS:
-        at = data.find(pattern)
+        # The sign alone first: a one-byte search is memchr, many times faster than a two-byte one
+        # over text full of "e"s; once the sign turns out common, the two-byte search from there.
+        sign, seen = pattern[1], 0
+        at = data.find(sign)
+        while at != -1 and seen < _FEW_SIGNS:
+            if at >= 2 and data[at - 1] == 0x65 and data[at - 2] in _DIGITS:  # <digit> "e" <sign>
+                found.append(at - 1)
+            seen += 1
+            at = data.find(sign, at + 1)
+        if at == -1:
+            continue
+        at = data.find(pattern, max(at - 1, 0))
         while at != -1:
             if at and data[at - 1] in _DIGITS:
                 found.append(at)
@@ -141,9 +153,14 @@ def _float_candidates(data: bytes) -> list[int]:
     return found
 
 
-def _unescaped_quotes(data: bytes, start: int, end: int) -> int:
-    """How many '"' in data[start:end] are not escaped (not after an odd run of backslashes)."""
+def _unescaped_quotes(data: bytes, start: int, end: int, backslashes: bool = True) -> int:
+    """How many '"' in data[start:end] are not escaped (not after an odd run of backslashes).
+
+    `backslashes`: False when `data` holds none (then no quote is escaped).
+    """
     total = data.count(b'"', start, end)
+    if not backslashes:
+        return total
     escaped, run, sign = 0, b'\\"', 1
     while True:
         n = data.count(run, start, end)
@@ -160,8 +177,9 @@ def _fix_floats(data: bytes, candidates: list[int]) -> bytes:
     done = 0  # data[:done] is already in `out`
     counted, quotes = 0, 0  # unescaped quotes in data[:counted]
     size = len(data)
+    backslashes = data.find(0x5C) != -1  # one memchr: most documents have no escape at all
     for at in candidates:
-        quotes += _unescaped_quotes(data, counted, at)
+        quotes += _unescaped_quotes(data, counted, at, backslashes)
         counted = at
         if quotes & 1 or at < done:  # inside a string, or part of a token already fixed
             continue

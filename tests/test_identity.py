@@ -201,3 +201,20 @@ def test_canonical_json_is_json_of_the_same_value(value: Any) -> None:
     text = canonical_json(value)
     parsed = json.loads(text)
     assert canonical_json(parsed) == text or any(c in text for c in ("\\ud", "null"))
+
+
+@pytest.mark.parametrize("signs", [0, 1, 62, 63, 64, 65, 66, 300])
+@pytest.mark.parametrize("escaped", [False, True])
+def test_exponents_after_many_sign_bytes_are_spelled_as_javascript_does(signs: int, escaped: bool) -> None:
+    """The exponent search looks at "+" and "-" one by one while they are few (64), then by pairs: an
+    exponent's sign before, at and after the switch is found either way, and the same bytes inside a
+    string never are."""
+    text = 'a\\"1e-5, "' if escaped else "1e-5 and 2e+21 in text"
+    for value in (
+        ["x-y"] * signs + [1.5e-6, text, 1e-6],  # JavaScript: 0.0000015, orjson: 1.5e-6
+        ["x+y"] * signs + [1e16, text, 1.5e17],  # JavaScript: 10000000000000000, orjson: 1e+16
+        {"a": [1e-7, 1e21, -2.5e22], "b": ["x-y+z"] * signs + [-1, -1e-9, 12.0, -0.0, text], "c": "v1.0,"},
+    ):
+        assert canonical_json(value) == _exact(value), signs
+    assert canonical_json(["x-y"] * signs + [1.5e-6]).endswith(",0.0000015]" if signs else "[0.0000015]")
+    assert canonical_json(["x+y"] * signs + [1e16]).endswith("10000000000000000]")
