@@ -15,7 +15,7 @@ import redis
 from distbrake import DistributedBrake, session_key
 from distbrake.core import PreparedCall
 from distbrake.redis import wire
-from distbrake.redis.wire import encode_call, resp_evalsha
+from distbrake.redis.wire import encode_call, resp_evalsha, script_sha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
 
 STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
@@ -78,6 +78,11 @@ def test_the_script_keeps_integer_counts_on_lua_5_4() -> None:
     assert out.stdout.split() == ["2", "2"]
 
 
+def redis_py_packs(key: str, argv: tuple[bytes | int, ...]) -> bytes:
+    """The same EVALSHA as redis-py's own connection packs it."""
+    return b"".join(redis.Connection().pack_command("EVALSHA", script_sha(), 1, key, *argv))
+
+
 @pytest.mark.parametrize("cycles", [None, (4, 3)])
 @pytest.mark.parametrize("session", ["s", "thread-" + str(uuid.UUID(int=7)), "x" * 300, "é\n{*}"])
 @pytest.mark.parametrize("tool", ["search", "t" * 300])
@@ -86,12 +91,17 @@ def test_a_checks_packed_evalsha_is_its_key_and_argv_on_the_wire(
 ) -> None:
     """`encode_call` packs the EVALSHA from its cached parts: the very bytes of `resp_evalsha(key, argv)`."""
     for call_id, warn_at, enforce, progress in ((None, None, True, False), ("c-1", 2, False, True)):
-        call = PreparedCall(tool, "ab" * 32, session, call_id, 5, warn_at, enforce, progress)
-        for _ in range(2):  # made, then from the cache
-            key, argv, packed = encode_call(call, "team", 60_000, 500, cycles)
-            assert key == session_key(session, "team")
-            assert packed == resp_evalsha(key, argv)
-            assert len(argv) == (6 if cycles is None else 8)
+        for digest in ("ab" * 32, "abcd"):  # call_hash's, and one a caller could build by hand
+            call = PreparedCall(tool, digest, session, call_id, 5, warn_at, enforce, progress)
+            for _ in range(2):  # made, then from the cache
+                key, argv, packed = encode_call(call, "team", 60_000, 500, cycles)
+                assert key == session_key(session, "team")
+                assert packed == resp_evalsha(key, argv) == redis_py_packs(key, argv)
+                assert len(argv) == (6 if cycles is None else 8)
+                # an observation: the check's first six arguments and the result's digest, never cycles
+                seen, observed, packed = encode_call(call, "team", 60_000, 500, cycles, result=b"r" * 8)
+                assert (seen, observed[1:]) == (key, (*argv[1:6], b"r" * 8))
+                assert packed == resp_evalsha(seen, observed) == redis_py_packs(seen, observed)
 
 
 def test_a_process_with_thousands_of_sessions_at_once_keeps_each_ones_encoding() -> None:

@@ -128,7 +128,8 @@ class _Coalescer:
         self._inline: asyncio.Future[None] | None = None  # done when the check sent so is answered
 
     def call(self, key: str, argv: tuple[Any, ...], packed: bytes, deadline: float) -> Awaitable[Any]:
-        """The reply to one check (`packed`: its EVALSHA), to be awaited: its future (a plain call, no coroutine)."""
+        """The reply to one check (`packed`: its EVALSHA), to be awaited: its future, or, when it is the only
+        check, the coroutine that sends it from the caller's task (`_alone`)."""
         if self._one_at_a_time and self._inline is None and not self._queue and max(self._states) == _IDLE:
             return self._alone(key, argv, packed, deadline)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -523,10 +524,11 @@ class AsyncDistributedBrake(DistributedBase):
     ) -> Verdict:
         """Count this call in Redis; raise `LoopBrakeError` if it is the Nth identical in a row.
 
-        One coroutine per check, the whole way to the reply (the watch's steps
-        are plain calls; the coalescer hands back its future): under a load of
-        thousands of checks at once, each object a check keeps alive costs the
-        garbage collector.
+        One coroutine per queued check, the whole way to the reply (the watch's
+        steps are plain calls; the coalescer hands back the check's future): under
+        a load of thousands of checks at once, each object a check keeps alive
+        costs the garbage collector. (A check sent alone, with nothing else
+        queued, goes from its own task: a second coroutine, no sender's.)
         """
         watch = self.watch
         start = 0.0 if watch is None else watch.start()
@@ -538,11 +540,11 @@ class AsyncDistributedBrake(DistributedBase):
                 loop = asyncio.get_running_loop()
                 if self._loop is not loop:
                     self._bind(loop)
+                key, argv, packed = self.encode(call)  # before a probe may be claimed (see the sync brake)
                 ticket = self.failures.health.attempt()
                 if ticket == NO_TRY:
                     verdict = self.without_redis(call, None)
                 else:
-                    key, argv, packed = self.encode(call)
                     try:
                         reply = await self._coalescer.call(
                             key, argv, packed, loop.time() + self.settings.timeout_seconds)
@@ -572,13 +574,12 @@ class AsyncDistributedBrake(DistributedBase):
         observation = self.observation(verdict, result)
         if observation is None:
             return
-        key, argv = observation
+        key, argv, packed = observation
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # the first call on a new loop: its own connections and timer
             self._bind(loop)
         try:
-            await self._coalescer.call(
-                key, argv, resp_evalsha(key, argv), loop.time() + self.settings.timeout_seconds)
+            await self._coalescer.call(key, argv, packed, loop.time() + self.settings.timeout_seconds)
         except QueueTimeout as error:
             self.observation_failed(error)
         except BACKEND_ERRORS as error:

@@ -138,8 +138,9 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         """KEYS[1], ARGV and the packed EVALSHA of a check of `call` (see `wire.encode_call`)."""
         return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles)
 
-    def observation(self, verdict: Verdict, result: object) -> tuple[str, tuple[bytes | int, ...]] | None:
-        """KEYS[1] and ARGV of the observation of `verdict`'s result, or None when there is nothing to send.
+    def observation(self, verdict: Verdict, result: object) -> Encoded | None:
+        """KEYS[1], ARGV and packed EVALSHA of the observation of `verdict`'s result, or None when there is
+        nothing to send.
 
         Only a progress-aware tool's verdict carries what an observation needs;
         a verdict of the fallback is observed in the fallback, one of the
@@ -153,8 +154,7 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
             if verdict.decided_by == "fallback":
                 self.failures.local.observe_digest(call, digest)
             return None
-        key, argv, _ = self.encode(call)
-        return key, (*argv[:6], digest)  # an observation has no cycle arguments
+        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, result=digest)
 
     def observation_failed(self, error: BaseException) -> None:
         """An observation Redis did not take: the streak goes on as if the result had not changed."""

@@ -36,7 +36,7 @@ from .topology import (
     retry_after,
     topology_error,
 )
-from .wire import resp_evalsha, resp_script_load, script_sha, script_source
+from .wire import resp_script_load, script_sha, script_source
 
 __all__ = ["DistributedBrake"]
 
@@ -78,10 +78,10 @@ class DistributedBrake(SyncCheck, DistributedBase):
 
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in Redis (one EVALSHA) and judge it; the failure policy if Redis fails."""
+        key, argv, packed = self.encode(call)  # before a probe may be claimed: nothing between it and the try
         ticket = self.failures.health.attempt()
         if ticket == NO_TRY:
             return self.without_redis(call, None)
-        key, argv, packed = self.encode(call)
         try:
             reply = (
                 self._on_connection(packed) if self._direct
@@ -103,12 +103,12 @@ class DistributedBrake(SyncCheck, DistributedBase):
         observation = self.observation(verdict, result)
         if observation is None:
             return
-        key, argv = observation
+        key, argv, packed = observation
         try:
             if self._direct:
-                self._on_connection(resp_evalsha(key, argv))
+                self._on_connection(packed)
             elif self._cluster:
-                self._on_cluster(key, argv, resp_evalsha(key, argv))
+                self._on_cluster(key, argv, packed)
             else:
                 self._evalsha(key, argv)
         except BACKEND_ERRORS as error:

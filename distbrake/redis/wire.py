@@ -63,20 +63,17 @@ def _evalsha_head() -> bytes:
 
 
 def resp_evalsha(key: str, argv: tuple[bytes | int, ...]) -> bytes:
-    """One `EVALSHA <sha> 1 key argv...` in Redis's wire format (a check's is packed by `encode_call`).
+    """One `EVALSHA <sha> 1 key argv...` in Redis's wire format: what the brakes write straight to a
+    connection (a check's and an observation's come packed from `encode_call`; a run's from here)."""
+    return b"".join((
+        _array(4 + len(argv)), _evalsha_head(), _bulk(key.encode("utf-8")), _bulk(cast(bytes, argv[0])),
+        _packed_rest(argv[1:]),
+    ))
 
-    The sync and async brakes write this straight to a redis-py connection on
-    a single node.
-    """
-    head, tail = _packed_parts(key, argv[1:])
-    return head + _bulk(cast(bytes, argv[0])) + tail
 
-
-def _packed_parts(key: str, rest: tuple[bytes | int, ...]) -> tuple[bytes, bytes]:
-    """What comes before and after ARGV[1] in `resp_evalsha`."""
-    head = b"*%d\r\n" % (5 + len(rest)) + _evalsha_head() + _bulk(key.encode("utf-8"))
-    tail = b"".join(_bulk(arg if isinstance(arg, bytes) else b"%d" % arg) for arg in rest)
-    return head, tail
+def _packed_rest(rest: tuple[bytes | int, ...]) -> bytes:
+    """ARGV[2:] in wire format."""
+    return b"".join(_bulk(arg if isinstance(arg, bytes) else b"%d" % arg) for arg in rest)
 
 
 def resp_script_load() -> bytes:
@@ -141,30 +138,40 @@ def _cut(text: str, limit: int) -> bytes:
     return _utf8(data[:limit].decode("utf-8", "ignore"))
 
 
-CACHED_CALLS = 8192  # the session, tool and rules whose encoding `encode_call` keeps (about 0.7 KB each)
-CACHED_TEXT = 256  # a session id or tool name longer than this is encoded afresh each time (bounded memory)
+CACHED_CALLS = 8192  # the (session, tool, rules) whose encoding `encode_call` keeps (see `_fixed`)
+CACHED_TEXT = 256  # a session id or tool name longer than this (in characters) is encoded afresh each time
 
 Encoded = tuple[str, tuple[bytes | int, ...], bytes]
 
 
 def encode_call(
-    call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None = None
+    call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None = None,
+    result: bytes | None = None,
 ) -> Encoded:
-    """KEYS[1], ARGV and the packed EVALSHA (`resp_evalsha`) for one check (see the header of lua/brake.lua).
+    """KEYS[1], ARGV and the packed EVALSHA (as `resp_evalsha` packs it) of a check (see the header of lua/brake.lua).
 
-    Only ARGV[1] (the call hash, the ttl and the call id) changes between the
-    checks of one session and tool: the rest, key and packed parts included,
-    is made once and kept for the last CACHED_CALLS of them (one look-up per
-    check). `cycles`: (max_cycle_period, cycle_repeats) when the cycle rule is
-    on; it adds ARGV[7] and ARGV[8].
+    Of ARGV, only the call hash and the call id in ARGV[1] change between the
+    checks of one session and tool: the key, the rest of ARGV and their packed
+    parts are made once and kept for the last CACHED_CALLS (session, tool,
+    rules), one look-up per check. `cycles`: (max_cycle_period,
+    cycle_repeats) when the cycle rule is on; it adds ARGV[7] and ARGV[8].
+    `result`: the tool result's digest of an observation (ARGV[7]; no cycle arguments then).
     """
     session, tool = call.session_id, call.tool_name
     fixed = _fixed if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT else _fixed.__wrapped__
-    key, rest, ttl, head, tail = fixed(
+    key, rest, ttl, body, tail = fixed(
         session, tool, call.max_repeats, call.warn_at, call.enforce, call.progress, key_prefix, ttl_ms, window_ms,
-        cycles)
+        cycles if result is None else None)
     first = bytes.fromhex(call.digest[:32]) + ttl + _call_id_bytes(call.call_id)
-    return key, (first, *rest), b"".join((head, first, tail))
+    if result is not None:
+        argv: tuple[bytes | int, ...] = (first, *rest, result)
+        if len(first) != CALL_BYTES:  # a digest of another length than call_hash's
+            return key, argv, resp_evalsha(key, argv)
+        return key, argv, b"".join((_array(6 + len(rest)), body, first, tail, _bulk(result)))
+    argv = (first, *rest)
+    if len(first) != CALL_BYTES:  # a digest of another length than call_hash's
+        return key, argv, resp_evalsha(key, argv)
+    return key, argv, b"".join((_array(5 + len(rest)), body, first, tail))
 
 
 @lru_cache(maxsize=CACHED_CALLS)
@@ -172,7 +179,10 @@ def _fixed(
     session_id: str, tool_name: str, max_repeats: int, warn_at: int | None, enforce: bool, progress: bool,
     key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None,
 ) -> tuple[str, tuple[bytes | int, ...], bytes, bytes, bytes]:
-    """What `encode_call` makes once per session, tool and rules: key, ARGV[2:], ttl bytes, packed head and tail."""
+    """What `encode_call` makes once per (session, tool, rules): key, ARGV[2:], the ttl's bytes, and the
+    packed EVALSHA's parts around ARGV[1] (after the array's length; from the key to ARGV[1]'s length, and
+    the rest). About 0.9 KB with a UUID session id and a short tool name, up to ~3 KB for names near
+    CACHED_TEXT characters."""
     key = session_key(session_id, key_prefix)
     rest: tuple[bytes | int, ...] = (
         max_repeats, ttl_ms, about(tool_name, session_id), window_ms,
@@ -180,8 +190,14 @@ def _fixed(
     )
     if cycles is not None:
         rest = (*rest, *cycles)
-    head, tail = _packed_parts(key, rest)
-    return key, rest, ttl_ms.to_bytes(5, "big"), head + b"$%d\r\n" % CALL_BYTES, b"\r\n" + tail
+    body = _evalsha_head() + _bulk(key.encode("utf-8")) + b"$%d\r\n" % CALL_BYTES
+    return key, rest, ttl_ms.to_bytes(5, "big"), body, b"\r\n" + _packed_rest(rest)
+
+
+@lru_cache(maxsize=16)
+def _array(size: int) -> bytes:
+    """The head of a RESP array of `size` items (one shared object per size)."""
+    return b"*%d\r\n" % size
 
 
 UUID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
