@@ -501,10 +501,14 @@ class AsyncDistributedBrake(DistributedBase):
         **options: Unpack[BrakeOptions],
     ) -> None:
         super().__init__(client, settings=settings, url=url, **options)
-        self._coalescer = _Coalescer(client, self.settings.timeout_seconds, self.recorder.script_load,
-                                     own=client in _BUILT)
+        self._coalescer = self._new_coalescer()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_end: Any = None  # closes the connections when `_loop` ends (see `_bind`)
+
+    def _new_coalescer(self) -> _Coalescer:
+        """The coalescer of the brake's current client (a new one for each event loop, see `_bind`)."""
+        return _Coalescer(self.client, self.settings.timeout_seconds, self.recorder.script_load,
+                          own=self.client in _BUILT)
 
     @staticmethod
     def connect(url: ParsedURL, timeout: float) -> Any:
@@ -636,8 +640,7 @@ class AsyncDistributedBrake(DistributedBase):
                         "which makes a fresh client for each loop"
                     )
                 drop_nodes = True
-        self._coalescer = _Coalescer(self.client, self.settings.timeout_seconds, self.recorder.script_load,
-                                     own=self.client in _BUILT)
+        self._coalescer = self._new_coalescer()
         self._loop = loop
         self._close_at_loop_end(loop)
         return drop_nodes

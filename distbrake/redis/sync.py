@@ -4,7 +4,7 @@ One check is one EVALSHA of `lua/brake.lua`. On a single node (or a
 Sentinel-managed master) the EVALSHA, packed by `wire.encode_call`, is
 written straight to a pooled redis-py connection; on a Cluster the client
 routes it. Either way a NOSCRIPT reply loads the script and sends the
-check again. Everything else is in `distributed.py`.
+check again. Everything else is in `base.py`.
 """
 
 from __future__ import annotations

@@ -163,15 +163,11 @@ def encode_call(
         session, tool, call.max_repeats, call.warn_at, call.enforce, call.progress, key_prefix, ttl_ms, window_ms,
         cycles if result is None else None)
     first = bytes.fromhex(call.digest[:32]) + ttl + _call_id_bytes(call.call_id)
-    if result is not None:
-        argv: tuple[bytes | int, ...] = (first, *rest, result)
-        if len(first) != CALL_BYTES:  # a digest of another length than call_hash's
-            return key, argv, resp_evalsha(key, argv)
-        return key, argv, b"".join((_array(6 + len(rest)), body, first, tail, _bulk(result)))
-    argv = (first, *rest)
-    if len(first) != CALL_BYTES:  # a digest of another length than call_hash's
+    argv: tuple[bytes | int, ...] = (first, *rest) if result is None else (first, *rest, result)
+    if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
         return key, argv, resp_evalsha(key, argv)
-    return key, argv, b"".join((_array(5 + len(rest)), body, first, tail))
+    packed = b"".join((_array(4 + len(argv)), body, first, tail))
+    return key, argv, packed if result is None else packed + _bulk(result)
 
 
 @lru_cache(maxsize=CACHED_CALLS)
