@@ -6,6 +6,8 @@
   With `--pin-cpu` the client and a local server share one CPU (the state
   of a busy machine, reproduced steadily); without, on an idle machine each
   round trip is dominated by CPU wake-ups, which hides the client's cost.
+  The note adds the same checks' bytes, encoded beforehand, written by the
+  raw socket: the script's own share, the least a check can take.
 * `server_cost`: the server's CPU time per `EVALSHA return 1` against per
   check of the brake on the realistic path: 10,000 UUID sessions whose
   streaks go on, each call with a fresh call id, so every check writes its
@@ -13,7 +15,8 @@
   load is ours: pre-encoded distinct checks (the bytes the brake sends)
   written 16 per write on 4 connections, and the server's CPU time read
   from INFO before and after. The figure is the ratio of the rates per
-  second of server CPU.
+  second of server CPU. The note adds the same checks sent to a script of
+  the record's three commands and no logic: the least this record can cost.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import uuid
 from typing import Any
 
 from ..core import PreparedCall
+from ..identity import call_hash
 from ..redis.connect import sync_client
 from ..redis.sync import DistributedBrake
 from ..redis.wire import encode_call, script_source
@@ -68,11 +72,25 @@ def sync_check_raw(
         def ours(i: int) -> object:
             return check("search", SMALL_ARGS[i & 1], session_id=session)
 
+        # The same checks' bytes, encoded beforehand and written by the raw socket: what the script
+        # alone costs the round trip, with no client work at all (the least `ours` can be).
+        wire_session = f"bench-{uuid.uuid4()}"
+        encoded = [brake.encode(PreparedCall("search", call_hash("search", args), wire_session, None,
+                                             brake.settings.max_repeats))[2] for args in SMALL_ARGS]
+
+        def wire(i: int) -> object:
+            return call(encoded[i & 1])
+
         with pinned(pin_cpu, server_pid(parsed, info)) as how:
             ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key, step=step)
+            wire_r, wire_floor_r = paired_rounds(floor, wire, warmup=warmup, rounds=rounds, block=block, key=key,
+                                                 step=no_step)
         ours_m = [statistics.median(t) for t in ours_r]
         floor_m = [statistics.median(t) for t in floor_r]
+        wire_ratio = statistics.median(statistics.median(w) / statistics.median(f)
+                                       for w, f in zip(wire_r, wire_floor_r, strict=True))
         brake.clear(session)
+        brake.clear(wire_session)
     finally:
         raw.close()
         brake.close()
@@ -81,18 +99,32 @@ def sync_check_raw(
         key, name, "µs", statistics.median(ours_m) * 1e6, statistics.median(floor_m) * 1e6,
         at_most=1.6, samples=rounds * block,
         note=" ".join(filter(None, (f"{how}; median of {rounds} rounds' medians "
-                                    f"(ratios {ratios[0]:.2f}-{ratios[-1]:.2f})", memory_note(backend)))),
+                                    f"(ratios {ratios[0]:.2f}-{ratios[-1]:.2f}); the same checks' bytes "
+                                    f"encoded beforehand, from the raw socket (the script alone, no client "
+                                    f"work): {wire_ratio:.2f}x", memory_note(backend)))),
     )
 
 
-def _checks(prefix: str, sessions: list[str], digests: list[str], count: int, start: int) -> list[bytes]:
-    """`count` pre-encoded checks, session after session: each continues its streak with a fresh call id."""
+# The commands a check needs on its record, and no logic: the least a script keeping this record can cost.
+COMMANDS_ONLY = """local key = KEYS[1]
+redis.call('HGET', key, 'h')
+redis.call('HSET', key, 'h', ARGV[1], 'j', ARGV[6])
+redis.call('PEXPIRE', key, ARGV[3])
+return 4"""
+
+
+def _checks(
+    prefix: str, sessions: list[str], digests: list[str], count: int, start: int, sha: str | None = None,
+) -> list[bytes]:
+    """`count` pre-encoded checks, session after session: each continues its streak with a fresh call id
+    (sent to the script `sha` instead of the brake's, when given)."""
     ttl_ms, window_ms = 60_000, 5_000
     out = []
     for i in range(start, start + count):
         index = i % len(sessions)
         call = PreparedCall(MEMORY_TOOL, digests[index], sessions[index], None, 1_000_000)
-        out.append(encode_call(call, prefix, ttl_ms, window_ms)[2])
+        key, argv, packed = encode_call(call, prefix, ttl_ms, window_ms)
+        out.append(packed if sha is None else resp("EVALSHA", sha, 1, key, *argv))
     return out
 
 
@@ -111,6 +143,7 @@ def server_cost(
     per_round = max(DEPTH * CONNECTIONS, requests // rounds)
     try:
         floor_sha = info.call(resp("SCRIPT", "LOAD", FLOOR_SCRIPT)).decode("ascii")
+        bare_sha = info.call(resp("SCRIPT", "LOAD", COMMANDS_ONLY)).decode("ascii")
         info.call(resp("SCRIPT", "LOAD", script_source()))
         sessions = [str(uuid.uuid4()) for _ in range(SERVER_COST_SESSIONS)]
         digests = [uuid.uuid4().hex * 2 for _ in sessions]
@@ -119,14 +152,18 @@ def server_cost(
         server_seconds_per_call(connections, info, _checks(prefix, sessions, digests, len(sessions), 0), DEPTH)
         floors: list[float] = []
         ourses: list[float] = []
+        bares: list[float] = []
         done = len(sessions)
         for index in range(rounds):
             checks = _checks(prefix, sessions, digests, per_round, done)
+            bare = _checks(f"{prefix}b", sessions, digests, per_round, done, bare_sha)  # keys of its own
             done += per_round
             floors.append(1 / server_seconds_per_call(connections, info, floor_calls, DEPTH))
             ourses.append(1 / server_seconds_per_call(connections, info, checks, DEPTH))
+            bares.append(1 / server_seconds_per_call(connections, info, bare, DEPTH))
             step(key, index + 1, rounds)
         _delete(parsed, prefix, timeout_seconds)
+        _delete(parsed, f"{prefix}b", timeout_seconds)
     finally:
         for connection in (*connections, info):
             connection.close()
@@ -135,7 +172,9 @@ def server_cost(
         note=(f"per second of server CPU (INFO used_cpu_*): our raw-socket load, {DEPTH} pre-encoded "
               f"commands per write on {CONNECTIONS} connections; {SERVER_COST_SESSIONS} UUID sessions, "
               f"every check continuing its streak with a fresh call id; median of {rounds} alternating "
-              f"rounds of {per_round}; keys under {prefix!r} deleted"),
+              f"rounds of {per_round}; the same checks sent to a script of the record's three commands "
+              f"alone (HGET, HSET, PEXPIRE, no logic): {statistics.median(bares) / statistics.median(floors):.2f}x; "
+              f"keys under {prefix!r} and {prefix + 'b'!r} deleted"),
         samples=rounds * per_round,
     )
 
