@@ -139,6 +139,7 @@ def server_cost(
     if parsed.kind not in RAW_KINDS:
         return _skipped(key, name, "req/s", target, "needs a redis:// or unix:// single node")
     prefix = f"bench{uuid.uuid4().hex[:4]}"
+    bare_prefix = f"{prefix}b"  # the bare script's records: keys of their own
     connections = [RawConnection(parsed, timeout_seconds) for _ in range(CONNECTIONS)]
     info = RawConnection(parsed, timeout_seconds)
     per_round = max(DEPTH * CONNECTIONS, requests // rounds)
@@ -152,21 +153,21 @@ def server_cost(
         # Every session's streak starts first (not timed): the timed checks all continue one.
         server_seconds_per_call(connections, info, _checks(prefix, sessions, digests, len(sessions), 0), DEPTH)
         server_seconds_per_call(  # and so do the bare script's records
-            connections, info, _checks(f"{prefix}b", sessions, digests, len(sessions), 0, bare_sha), DEPTH)
+            connections, info, _checks(bare_prefix, sessions, digests, len(sessions), 0, bare_sha), DEPTH)
         floors: list[float] = []
         ourses: list[float] = []
         bares: list[float] = []
         done = len(sessions)
         for index in range(rounds):
             checks = _checks(prefix, sessions, digests, per_round, done)
-            bare = _checks(f"{prefix}b", sessions, digests, per_round, done, bare_sha)  # keys of its own
+            bare = _checks(bare_prefix, sessions, digests, per_round, done, bare_sha)
             done += per_round
             floors.append(1 / server_seconds_per_call(connections, info, floor_calls, DEPTH))
             ourses.append(1 / server_seconds_per_call(connections, info, checks, DEPTH))
             bares.append(1 / server_seconds_per_call(connections, info, bare, DEPTH))
             step(key, index + 1, rounds)
         _delete(parsed, prefix, timeout_seconds)
-        _delete(parsed, f"{prefix}b", timeout_seconds)
+        _delete(parsed, bare_prefix, timeout_seconds)
     finally:
         for connection in (*connections, info):
             connection.close()
@@ -177,7 +178,7 @@ def server_cost(
               f"every check continuing its streak with a fresh call id; median of {rounds} alternating "
               f"rounds of {per_round}; the same checks sent to a script of the record's three commands "
               f"alone (HGET, HSET, PEXPIRE, no logic): {statistics.median(bares) / statistics.median(floors):.2f}x; "
-              f"keys under {prefix!r} and {prefix + 'b'!r} deleted"),
+              f"keys under {prefix!r} and {bare_prefix!r} deleted"),
         samples=rounds * per_round,
     )
 
