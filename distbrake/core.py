@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import BrakeUnavailableError, LoopBrakeError
 from .identity import call_hash, hash_prefix
+from .model import ALLOWED, WARNED, Cycle, Rules, judge
 from .rules import strip_fields, warning_text
 from .session import resolve_call_id, resolve_session
 from .settings import BrakeSettings
@@ -34,6 +35,9 @@ __all__ = ["DECIDED_BY", "BrakeCore", "Cycle", "DecidedBy", "PreparedCall", "Ses
 #   exempt      the tool is exempt: nothing was counted
 DecidedBy = Literal["in-process", "redis", "fallback", "fail-open", "exempt"]
 DECIDED_BY: tuple[DecidedBy, ...] = ("in-process", "redis", "fallback", "fail-open", "exempt")
+
+# A session's state (`SessionState.state`) for each judgement of its last check.
+STATE_OF = {"allowed": "ok", "warned": "warned", "denied": "denying", "would_deny": "would_deny"}
 
 logger = logging.getLogger("distbrake")
 
@@ -80,41 +84,50 @@ class SessionState:
     enforcing: bool | None = None
 
     @property
-    def state(self) -> str:
-        """`ok`, `warned`, `denying` or `would_deny` by the record's own rules (`unknown` without them)."""
+    def rules(self) -> Rules | None:
+        """The rules the last check was judged by (None: a record written before the record kept them)."""
         if self.max_repeats is None:
-            return "unknown"
-        if self.count >= self.max_repeats:
-            return "denying" if self.enforcing else "would_deny"
-        if self.warn_at is not None and self.count >= self.warn_at and self.enforcing:
-            return "warned"
-        return "ok"
+            return None
+        return Rules(self.max_repeats, self.warn_at, self.enforcing is not False)
 
+    @property
+    def state(self) -> str:
+        """`ok`, `warned`, `denying` or `would_deny` by the record's own rules (`unknown` without them).
 
-class Cycle(NamedTuple):
-    """A cycle the call completes (opt-in rule): its period, repetitions, and its calls' hash prefixes and tools."""
-
-    period: int
-    repeats: int
-    hash_prefixes: tuple[str, ...]  # of the cycle's calls, in order, ending with this call's
-    tools: tuple[str, ...]  # the tool of each of those calls
+        The last check's judgement (the model's `judge`; a cycle is not kept in the state).
+        """
+        rules = self.rules
+        return "unknown" if rules is None else STATE_OF[judge(self.count, rules).outcome]
 
 
 class PreparedCall(NamedTuple):
-    """A call reduced to what the backends may see: no arguments, only their digest."""
+    """A call reduced to what the backends may see: no arguments, only their digest, and its tool's rules."""
 
     tool_name: str
     digest: str
     session_id: str
     call_id: str | None
-    max_repeats: int
-    warn_at: int | None = None
-    enforce: bool = True
-    progress: bool = False
+    rules: Rules
 
     @property
     def hash_prefix(self) -> str:
         return hash_prefix(self.digest)
+
+    @property
+    def max_repeats(self) -> int:
+        return self.rules.max_repeats
+
+    @property
+    def warn_at(self) -> int | None:
+        return self.rules.warn_at
+
+    @property
+    def enforce(self) -> bool:
+        return self.rules.enforce
+
+    @property
+    def progress(self) -> bool:
+        return self.rules.progress
 
 
 class BrakeCore:
@@ -150,56 +163,49 @@ class BrakeCore:
         found = None if call_id is None and context is None else resolve_call_id(call_id, context)
         if rules.progress and found is None:
             found = uuid.uuid4().hex  # the observation of the result must name this very call
-        return PreparedCall(
-            tool, digest, session, found, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress
-        )
+        return PreparedCall(tool, digest, session, found, rules)
 
     def judge(
         self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy, cycle: Cycle | None = None
     ) -> Verdict:
-        """The verdict for `count` (and a completed `cycle`); raises `LoopBrakeError` on a denial that enforces.
-
-        The streak rule comes first: a call at its limit is denied as a repeat
-        even when it also completes a cycle.
-        """
-        if count < call.max_repeats and cycle is None and (
-            call.warn_at is None or count < call.warn_at or not call.enforce
-        ):  # the common case, built positionally: (count, max_repeats, hash_prefix, session_id, tool_name,
-            # allowed, replayed, exempt, decided_by, warning, would_deny, observe_token)
+        """The verdict for `count` (and a completed `cycle`) by the model's `judge`; raises `LoopBrakeError`
+        on a denial that enforces."""
+        rules = call.rules
+        judgement = judge(count, rules, cycle is not None)
+        token = call if rules.progress else None
+        if judgement is ALLOWED:  # the common case, built positionally: (count, max_repeats, hash_prefix,
+            # session_id, tool_name, allowed, replayed, exempt, decided_by, warning, would_deny, observe_token)
             return Verdict(
-                count, call.max_repeats, call.digest[:12], call.session_id, call.tool_name, True, replayed,
-                False, decided_by, None, False, call if call.progress else None,
+                count, rules.max_repeats, call.digest[:12], call.session_id, call.tool_name, True, replayed,
+                False, decided_by, None, False, token,
             )
-        if count >= call.max_repeats or cycle is not None:
-            kind = "repeat" if count >= call.max_repeats else "cycle"
-            logger.warning(
-                'loop brake %s tool "%s" in session %r (call %s, count %d, limit %d, %s)',
-                "denied" if call.enforce else "would deny (shadow mode, not enforced)",
-                printable(call.tool_name[:64]), call.session_id[:128], call.hash_prefix, count, call.max_repeats,
-                kind if cycle is None or kind == "repeat" else f"cycle of {cycle.period} calls",
-            )
-            if call.enforce:
-                if kind == "repeat" or cycle is None:
-                    raise LoopBrakeError(
-                        call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id
-                    )
-                raise LoopBrakeError(
-                    call.tool_name, count, call.max_repeats, call.hash_prefix, call.session_id,
-                    kind="cycle", period=cycle.period, cycle_repeats=cycle.repeats,
-                    cycle_hash_prefixes=cycle.hash_prefixes, cycle_tools=cycle.tools,
-                )
+        prefix = call.digest[:12]
+        if judgement is WARNED:
             return Verdict(
-                count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
-                replayed=replayed, decided_by=decided_by, would_deny=True,
-                observe_token=call if call.progress else None,
+                count, rules.max_repeats, prefix, call.session_id, call.tool_name, replayed=replayed,
+                decided_by=decided_by, warning=warning_text(call.tool_name, count, rules.max_repeats, prefix),
+                observe_token=token,
             )
-        warning = None
-        if call.warn_at is not None and count >= call.warn_at and call.enforce:
-            warning = warning_text(call.tool_name, count, call.max_repeats, call.hash_prefix)
-        return Verdict(
-            count, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
-            replayed=replayed, decided_by=decided_by, warning=warning,
-            observe_token=call if call.progress else None,
+        enforced = judgement.outcome == "denied"
+        logger.warning(
+            'loop brake %s tool "%s" in session %r (call %s, count %d, limit %d, %s)',
+            "denied" if enforced else "would deny (shadow mode, not enforced)",
+            printable(call.tool_name[:64]), call.session_id[:128], prefix, count, rules.max_repeats,
+            f"cycle of {cycle.period} calls" if judgement.rule == "cycle" and cycle is not None else "repeat",
+        )
+        if not enforced:
+            return Verdict(
+                count, rules.max_repeats, prefix, call.session_id, call.tool_name,
+                replayed=replayed, decided_by=decided_by, would_deny=True, observe_token=token,
+            )
+        if judgement.rule == "cycle" and cycle is not None:
+            raise LoopBrakeError(
+                call.tool_name, count, rules.max_repeats, prefix, call.session_id,
+                kind="cycle", period=cycle.period, cycle_repeats=cycle.repeats,
+                cycle_hash_prefixes=cycle.hash_prefixes, cycle_tools=cycle.tools, decided_by=decided_by,
+            )
+        raise LoopBrakeError(
+            call.tool_name, count, rules.max_repeats, prefix, call.session_id, decided_by=decided_by
         )
 
 

@@ -65,6 +65,7 @@ class LoopBrakeError(DistbrakeError):
         cycle_repeats: int | None = None,
         cycle_hash_prefixes: tuple[str, ...] = (),
         cycle_tools: tuple[str, ...] = (),
+        decided_by: str | None = None,
     ) -> None:
         self.kind = kind  # which rule denied: "repeat" (the Nth identical call in a row) or "cycle"
         self.period = period  # kind "cycle": how many calls the repeated sequence has
@@ -76,6 +77,8 @@ class LoopBrakeError(DistbrakeError):
         self.max_repeats = max_repeats
         self.hash_prefix = hash_prefix[:12]
         self.session_id = session_id
+        # Who decided the denial (as `Verdict.decided_by`): "in-process", "redis" or "fallback"; None: not said
+        self.decided_by = decided_by
         super().__init__(self._message())
 
     def _message(self) -> str:
@@ -101,7 +104,7 @@ class LoopBrakeError(DistbrakeError):
             type(self),
             (
                 self.tool_name, self.count, self.max_repeats, self.hash_prefix, self.session_id, self.kind,
-                self.period, self.cycle_repeats, self.cycle_hash_prefixes, self.cycle_tools,
+                self.period, self.cycle_repeats, self.cycle_hash_prefixes, self.cycle_tools, self.decided_by,
             ),
         )
 

@@ -16,9 +16,10 @@ the seed's rule is unchanged unless a user opts in:
   identical call's restarts the streak at 1;
 * `exempt`: the tool is never checked or counted.
 
-`ToolRules` is what a user writes per tool (`BrakeSettings.tools`); `Rules`
-is what one tool's checks are judged by once the global settings are
-applied (`BrakeSettings.rules_for`).
+`ToolRules` is what a user writes per tool (`BrakeSettings.tools`);
+`model.Rules` is what one tool's checks are judged by once the global
+settings are applied (`BrakeSettings.rules_for`), and `model.py` states
+what each rule does.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .errors import InvalidMaxRepeatsError, UnsupportedArgumentsError
 from .identity import canonical_json
 
-__all__ = ["Rules", "ToolRules", "normalize_max_repeats", "result_digest", "strip_fields", "warning_text"]
+__all__ = ["ToolRules", "normalize_max_repeats", "result_digest", "strip_fields", "warning_text"]
 
 
 def normalize_max_repeats(value: object, source: str = "max_repeats") -> int:
@@ -108,16 +109,6 @@ class ToolRules(BaseModel):
             if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
                 raise ValueError(f"{path!r} is not a dotted path (names separated by single dots)")
         return tuple(value)
-
-
-class Rules(NamedTuple):
-    """What the checks of one tool are judged by (`BrakeSettings.rules_for`)."""
-
-    max_repeats: int
-    warn_at: int | None = None
-    enforce: bool = True
-    ignore_fields: tuple[tuple[str, ...], ...] = ()
-    progress: bool = False
 
 
 def result_digest(result: object) -> bytes:

@@ -20,7 +20,8 @@ from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_va
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import ConfigurationError, InvalidMaxRepeatsError
-from .rules import Rules, ToolRules, normalize_max_repeats, positive_int
+from .model import Rules
+from .rules import ToolRules, normalize_max_repeats, positive_int
 from .telemetry.options import ObserveOptions
 from .urls import ParsedURL, parse_url, redact_url
 

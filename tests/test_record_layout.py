@@ -14,6 +14,7 @@ import redis
 
 from distbrake import DistributedBrake, session_key
 from distbrake.core import PreparedCall
+from distbrake.model import Rules
 from distbrake.redis import wire
 from distbrake.redis.wire import encode_call, resp_evalsha, script_sha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
@@ -92,7 +93,7 @@ def test_a_checks_packed_evalsha_is_its_key_and_argv_on_the_wire(
     """`encode_call` packs the EVALSHA from its cached parts: the very bytes of `resp_evalsha(key, argv)`."""
     for call_id, warn_at, enforce, progress in ((None, None, True, False), ("c-1", 2, False, True)):
         for digest in ("ab" * 32, "abcd"):  # call_hash's, and one a caller could build by hand
-            call = PreparedCall(tool, digest, session, call_id, 5, warn_at, enforce, progress)
+            call = PreparedCall(tool, digest, session, call_id, Rules(5, warn_at, enforce, (), progress))
             for _ in range(2):  # made, then from the cache
                 key, argv, packed = encode_call(call, "team", 60_000, 500, cycles)
                 assert key == session_key(session, "team")
@@ -107,7 +108,7 @@ def test_a_checks_packed_evalsha_is_its_key_and_argv_on_the_wire(
 def test_a_process_with_thousands_of_sessions_at_once_keeps_each_ones_encoding() -> None:
     """8,000 sessions checked in turn, again and again, are each encoded once (at 4096 tasks with a cache
     of 4,096, every check of a session missed: a fifth of the time at that load)."""
-    calls = [PreparedCall("search", "cd" * 32, f"thread-{uuid.uuid4()}", None, 3) for _ in range(8000)]
+    calls = [PreparedCall("search", "cd" * 32, f"thread-{uuid.uuid4()}", None, Rules(3)) for _ in range(8000)]
     for call in calls:
         encode_call(call, "cache", 60_000, 500)
     before = wire._fixed.cache_info()

@@ -27,6 +27,7 @@ import uuid
 from typing import Any
 
 from ..core import PreparedCall
+from ..model import Rules
 from ..redis.connect import sync_client
 from ..redis.sync import DistributedBrake
 from ..redis.wire import encode_call, script_source
@@ -123,7 +124,7 @@ def _checks(
     out = []
     for i in range(start, start + count):
         index = i % len(sessions)
-        call = PreparedCall(MEMORY_TOOL, digests[index], sessions[index], None, 1_000_000)
+        call = PreparedCall(MEMORY_TOOL, digests[index], sessions[index], None, Rules(1_000_000))
         key, argv, packed = encode_call(call, prefix, ttl_ms, window_ms)
         out.append(packed if sha is None else resp("EVALSHA", sha, 1, key, *argv))
     return out

@@ -23,17 +23,16 @@ if TYPE_CHECKING:
 
 __all__ = ["Fanout", "Watch", "decided_by_of", "mark_decided_by"]
 
-_MARK = "_distbrake_decided_by"
 _clock = time.perf_counter
 
 
 def mark_decided_by(error: LoopBrakeError, decided_by: str) -> None:
     """Note on a denial who decided it, when that is not the brake's own backend (the fallback)."""
-    vars(error)[_MARK] = decided_by
+    error.decided_by = decided_by
 
 
 def decided_by_of(error: LoopBrakeError, default: str) -> str:
-    return str(vars(error).get(_MARK, default))
+    return error.decided_by or default
 
 
 class Fanout(Recorder):
