@@ -156,7 +156,7 @@ def test_check_inspect_list_clear_on_a_real_server(redis_url: str) -> None:
     assert verdict["allowed"] is True and verdict["count"] == 2 and verdict["limit"] == 3
     assert verdict["hash_prefix"] == call_hash("search", {"q": "paris"})[:12]
     assert set(verdict) == {"allowed", "count", "limit", "hash_prefix", "session_id", "tool_name",
-                            "replayed", "exempt", "decided_by", "message", "dry_run"}
+                            "replayed", "exempt", "decided_by", "message", "warned", "would_deny", "dry_run"}
     assert verdict["dry_run"] is False
 
     denied = run("--url", redis_url, "check", "search", '{"q": "paris"}', "--session", "stuck")

@@ -239,6 +239,44 @@ def test_check_dry_run_predicts_and_writes_nothing(redis_url: str) -> None:
     assert replay.returncode == 2 and "--call-id" in one_line_error(replay)
 
 
+# The dry run, inspect and the real check judge by one rule model (issue 22): they agree on the
+# rules a dry run once stated on its own (ignore_fields, shadow mode).
+AGREEING = [
+    pytest.param({"DISTBRAKE_TOOLS": '{"search": {"ignore_fields": ["nonce"]}}'},
+                 [{"q": "p", "nonce": n} for n in range(3)], id="ignore_fields"),
+    pytest.param({"DISTBRAKE_ENFORCE": "false"}, [{"q": "p"}] * 3, id="shadow"),
+    pytest.param({"DISTBRAKE_WARN_AT": "2"}, [{"q": "p"}] * 2, id="warn"),
+    pytest.param({}, [{"q": "p"}, {"q": "p"}, {"q": "other"}], id="streak-broken"),
+]
+
+
+@pytest.mark.parametrize(("env", "calls"), AGREEING)
+def test_a_dry_run_answers_what_the_real_check_then_does(
+    redis_url: str, env: dict[str, str], calls: list[dict[str, Any]]
+) -> None:
+    for args in calls[:-1]:
+        assert run("--url", redis_url, "check", "search", json.dumps(args), "--session", "s",
+                   **env).returncode == 0
+    last = json.dumps(calls[-1])
+    dry = run("--url", redis_url, "--json", "check", "search", last, "--session", "s", "--dry-run", **env)
+    real = run("--url", redis_url, "--json", "check", "search", last, "--session", "s", **env)
+    predicted, done = as_json(dry), as_json(real)
+    assert dry.returncode == real.returncode, (dry.stdout, real.stdout)
+    for field in ("allowed", "count", "limit", "hash_prefix", "would_deny"):
+        assert predicted[field] == done[field], field
+
+
+def test_a_shadow_session_is_would_deny_and_not_denying(redis_url: str) -> None:
+    for _ in range(3):
+        assert run("--url", redis_url, "check", "t", "{}", "--session", "s",
+                   DISTBRAKE_ENFORCE="false").returncode == 0
+    state = as_json(run("--url", redis_url, "--json", "inspect", "s"))
+    assert (state["state"], state["denying"], state["would_deny"]) == ("would_deny", False, True)
+    assert state["next_denied"] is False  # nobody denies the next call either
+    listed = as_json(run("--url", redis_url, "--json", "list"))["sessions"]
+    assert [(row["denying"], row["would_deny"]) for row in listed] == [(False, True)]
+
+
 # -- demo --calls, bench targets -----------------------------------------------------------------
 
 

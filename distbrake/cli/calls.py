@@ -12,6 +12,7 @@ from rich.text import Text
 from ..core import Verdict
 from ..errors import LoopBrakeError
 from ..identity import call_hash, hash_prefix
+from ..model import advance, judge
 from ..redis.sync import DistributedBrake
 from ..rules import strip_fields
 from .app import App, command
@@ -91,6 +92,8 @@ def _check_json(outcome: Verdict | LoopBrakeError) -> dict[str, Any]:
         # on_backend_error="closed": only the Redis step (memory:// included) can deny
         "decided_by": outcome.decided_by if isinstance(outcome, Verdict) else "redis",
         "message": None if allowed else str(outcome),
+        "warned": isinstance(outcome, Verdict) and outcome.warning is not None,
+        "would_deny": isinstance(outcome, Verdict) and outcome.would_deny,
         "dry_run": False,
     }
 
@@ -100,30 +103,39 @@ def _dry_run(
 ) -> None:
     """What `check` would answer for this call, from the stored record alone: nothing is written.
 
-    The next identical call is call `count + 1` when the record holds the same
-    call (tool and arguments: the same hash), else call 1; it is denied when
-    that reaches the limit. Exit 3 when it would be denied, else 0.
+    The call is prepared as the real check prepares it (the tool's rules and
+    ignore_fields), counted against the stored record by the rule model's
+    streak step (without a call id) and judged by the model. Exit 3 when it
+    would be denied, else 0 (shadow mode denies nothing). A cycle is not
+    predicted: the record's ring is not read.
     """
     settings = brake.settings
-    prefix = hash_prefix(call_hash(tool, args))
+    call = brake.prepare(tool, args, session)
     state = brake.inspect(session)  # reads only (HMGET, PTTL, TIME)
-    limit = settings.limit_for(tool)
+    exempt = isinstance(call, Verdict)
+    prefix = hash_prefix(call_hash(tool, args)) if exempt else call.hash_prefix
     same = state is not None and state.hash_prefix == prefix
-    current = state.count if state is not None and same else 0
-    count = current + 1
-    denied = limit is not None and count >= limit
+    count, _ = advance(state.hash_prefix if state else None, state.count if state else 0, None, None, prefix, None)
+    outcome = "allowed" if isinstance(call, Verdict) else judge(count, call.rules).outcome
+    limit = None if isinstance(call, Verdict) else call.max_repeats
+    denied = outcome == "denied"
     if limit is None:
         verdict = f"would be allowed: tool {quote_text(tool)} is exempt"
     elif denied:
         verdict = f"would be denied: call {count} in a row reaches limit {limit} (call {prefix})"
+    elif outcome == "would_deny":
+        verdict = (f"would be allowed: call {count} in a row reaches limit {limit}, not enforced "
+                   f"(shadow mode) (call {prefix})")
     else:
-        verdict = f"would be allowed: count {count} of limit {limit} (call {prefix})"
+        warned = " and warned" if outcome == "warned" else ""
+        verdict = f"would be allowed{warned}: count {count} of limit {limit} (call {prefix})"
     if as_json:
         emit_json({
             "allowed": not denied, "count": count, "limit": limit, "hash_prefix": prefix,
             "session_id": session, "tool_name": tool, "replayed": False,
             "exempt": limit is None, "decided_by": "dry-run",
             "message": f"dry run: {verdict}" if denied else None,
+            "warned": outcome == "warned", "would_deny": outcome == "would_deny",
             "dry_run": True, "stored_count": state.count if state is not None else 0,
             "same_call_stored": same,
         })
@@ -147,7 +159,7 @@ def _dry_run(
               help="The host's id of this call (a retry with the same id is counted once).")
 @click.option("--dry-run", "dry_run", is_flag=True,
               help="Only say whether this call would be denied, from the stored streak (the "
-                   "streak rule; a cycle is not predicted): nothing is counted or written "
+                   "tool's rules; a cycle is not predicted): nothing is counted or written "
                    "(exit 3 would be denied, 0 allowed).")
 def check_command(
     app: App, *, tool: str, args_json: str, session: str, call_id: str | None, dry_run: bool,

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core import SessionState
+from ..model import Rules, judge
 from ..settings import BrakeSettings
 from .app import App, command
 from .output import (
@@ -64,26 +65,33 @@ def span_text(seconds: float) -> str:
 def state_json(state: SessionState, settings: BrakeSettings, what_if: bool = False) -> dict[str, Any]:
     """A session's state with its limit and what the next identical call would get.
 
-    The limit is the one the record says its last check was judged by (what
+    The rules are the ones the record says its last check was judged by (what
     the fleet decided); an explicit `--max-repeats` (`what_if`) judges by that
-    instead, and a record from before records kept it by this run's settings.
+    limit instead, and a record from before records kept them by this run's
+    settings. The judgements are the rule model's: `denying` only when calls
+    are really denied (a shadow session `would_deny`).
     """
-    limit: int | None
+    rules = state.rules
+    source = "record"
+    if rules is None:
+        rules = settings.rules_for(state.tool_name)
+        source = _limit(settings, state.tool_name)[1]
     if what_if:
-        limit, source = settings.max_repeats, "what-if"
-    elif state.max_repeats is not None:
-        limit, source = state.max_repeats, "record"
-    else:
-        limit, source = _limit(settings, state.tool_name)
+        base = rules or Rules(settings.max_repeats)
+        rules, source = Rules(settings.max_repeats, None, base.enforce), "what-if"
+    now = None if rules is None else judge(state.count, rules).outcome
+    following = None if rules is None else judge(state.count + 1, rules).outcome
     return {
         "session_id": state.session_id,
         "tool_name": state.tool_name,
         "hash_prefix": state.hash_prefix,
         "count": state.count,
-        "limit": limit,
+        "limit": None if rules is None else rules.max_repeats,
         "limit_source": source,
-        "denying": limit is not None and state.count >= limit,
-        "next_denied": limit is not None and state.count + 1 >= limit,
+        "denying": now == "denied",
+        "would_deny": now == "would_deny",
+        "next_denied": following == "denied",
+        "next_would_deny": following == "would_deny",
         "max_repeats": state.max_repeats,
         "enforcing": state.enforcing,
         "state": state.state,
@@ -96,6 +104,8 @@ def state_json(state: SessionState, settings: BrakeSettings, what_if: bool = Fal
 def status_text(data: Mapping[str, Any]) -> Text:
     if data["denying"]:
         return Text("DENYING", style="bold red")
+    if data["would_deny"]:
+        return Text("would deny (shadow)", style="yellow")
     if data["next_denied"]:
         return Text("next denied", style="yellow")
     if data["limit"] is None:
@@ -163,6 +173,10 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
         verdict = Text(
             f"DENIED: an identical call now would be call {state.count + 1} in a row "
             f"(count + 1 >= limit {data['limit']})", style="bold red")
+    elif data["next_would_deny"]:
+        verdict = Text(
+            f"allowed, not enforced (shadow mode): an identical call now would be call {state.count + 1} "
+            f"in a row (count + 1 >= limit {data['limit']})", style="yellow")
     else:
         verdict = Text(
             f"allowed: an identical call now would be call {state.count + 1} of "
