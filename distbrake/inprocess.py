@@ -19,9 +19,9 @@ from .core import PreparedCall, SessionState, SyncCheck, Verdict
 from .model import Cycle, CycleRule, Rules, Streak, observe, step
 from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
-from .telemetry.build import build_observers
+from .telemetry.build import build_telemetry
 from .telemetry.health import Healthy
-from .telemetry.options import take_observe_options
+from .telemetry.options import take_telemetry_options
 from .wrap import GuardMixin
 
 __all__ = ["LoopBrake"]
@@ -52,13 +52,13 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
     ) -> None:
         if max_repeats is not None:
             options["max_repeats"] = max_repeats
-        observe = take_observe_options(options)  # type: ignore[arg-type]
+        telemetry = take_telemetry_options(options)  # type: ignore[arg-type]
         super().__init__(load_settings(settings, **options))
-        observers = build_observers(
-            observe, decided_by="in-process", policy=self.settings.on_backend_error, backend="in-process",
+        built = build_telemetry(
+            telemetry, decided_by="in-process", policy=self.settings.on_backend_error, backend="in-process",
             asynchronous=False,
         )
-        self.watch, self.health_watch = observers.watch, observers.health
+        self.watch, self.health_watch = built.watch, built.health
         self._clock = clock
         self._lock = threading.Lock()
         self._records: OrderedDict[str, _Record] = OrderedDict()

@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from .errors import ConfigurationError, InvalidMaxRepeatsError
 from .model import Rules
 from .rules import ToolRules, normalize_max_repeats, positive_int
-from .telemetry.options import ObserveOptions
+from .telemetry.options import TelemetryOptions
 from .urls import ParsedURL, parse_url, redact_url
 
 __all__ = [
@@ -49,9 +49,9 @@ MAX_CYCLE_REPEATS = 10
 FailurePolicy = Literal["open", "closed", "local"]
 
 
-class BrakeOptions(ObserveOptions, total=False):
+class BrakeOptions(TelemetryOptions, total=False):
     """The keyword options of every brake and of `from_url`: `BrakeSettings` fields (None = not given),
-    plus the observability options of `ObserveOptions` (objects and callables, never from the environment)."""
+    plus the observability options of `TelemetryOptions` (objects and callables, never from the environment)."""
 
     max_repeats: int | float | str | None
     ttl_seconds: float | None

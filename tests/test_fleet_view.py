@@ -122,9 +122,6 @@ def test_stats_rejects_a_window_beyond_what_redis_keeps(redis_url: str) -> None:
 
 def test_the_fleet_write_never_fails_a_check(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     # A user that may run the brake but not write the counters: checks are unaffected, and one WARNING says why.
-    from distbrake.telemetry import fleet
-
-    fleet._refusal_logged = False
     user = ("nostats on >pw ~distbrake:* resetchannels -@all +evalsha +script|load +hget +hset +time +pexpire "
             "+ping")
     with RedisServer(acl_users=[user], name="nostats") as server:
@@ -133,15 +130,21 @@ def test_the_fleet_write_never_fails_a_check(redis_url: str, caplog: pytest.LogC
         brake.check("t", 1, session_id="s")
         with pytest.raises(LoopBrakeError):
             brake.check("t", 1, session_id="s")
+        assert brake.watch is not None
+        brake.watch.flush()  # the first write: refused, and said
+        with pytest.raises(LoopBrakeError):
+            brake.check("t", 1, session_id="s")
         assert brake.health().state == "ok"
         assert brake.check("t", 2, session_id="s").decided_by == "redis"
-        brake.close()  # writes what is pending: refused
+        brake.close()  # writes what is pending: refused again, not said again
+        said = [r.getMessage() for r in caplog.records if "fleet view is not written" in r.getMessage()]
+        assert len(said) == 1
         again = DistributedBrake.from_url(server.url_with(username="nostats", password="pw"), otel=False, max_repeats=1)
         with pytest.raises(LoopBrakeError):
             again.check("t", 3, session_id="s")
-        again.close()  # refused again: not said again
+        again.close()  # another brake: said once by it too (no state shared between brakes)
     said = [r.getMessage() for r in caplog.records if "fleet view is not written" in r.getMessage()]
-    assert len(said) == 1 and "+hincrby" in said[0] and all(r.levelname == "WARNING" for r in caplog.records
+    assert len(said) == 2 and "+hincrby" in said[0] and all(r.levelname == "WARNING" for r in caplog.records
                                                              if "fleet view" in r.getMessage())
 
 

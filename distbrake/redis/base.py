@@ -17,9 +17,9 @@ from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..policy import NO_TRY, FailureHandler
 from ..rules import result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
-from ..telemetry.build import build_observers
+from ..telemetry.build import build_telemetry
 from ..telemetry.health import Healthy
-from ..telemetry.options import take_observe_options
+from ..telemetry.options import take_telemetry_options
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
 from .wire import (
@@ -61,7 +61,7 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         url: str | None = None,
         **options: Unpack[BrakeOptions],
     ) -> None:
-        observe = take_observe_options(options)  # type: ignore[arg-type]
+        telemetry = take_telemetry_options(options)  # type: ignore[arg-type]
         super().__init__(load_settings(settings, url=url, **options))
         self.client = client
         self.backend = self.settings.shown_url if self.settings.url is not None else repr_client(client)
@@ -71,12 +71,12 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
                 "but never answers would hang checks; build it with socket_timeout (see README, "
                 "Failure policy) or use from_url", type(self).__name__,
             )
-        observers = build_observers(
-            observe, decided_by="redis", policy=self.settings.on_backend_error, backend=self.backend,
+        built = build_telemetry(
+            telemetry, decided_by="redis", policy=self.settings.on_backend_error, backend=self.backend,
             asynchronous=self.asynchronous, client=lambda: self.client, key_prefix=self.settings.key_prefix,
         )
-        self.watch, self.health_watch, self.recorder = observers.watch, observers.health, observers.recorder
-        self.failures = FailureHandler(self, self.backend, observers.health, observers.recorder)
+        self.watch, self.health_watch, self.recorder = built.watch, built.health, built.recorder
+        self.failures = FailureHandler(self, self.backend, built.health, built.recorder)
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
         # A call id seen again within the timeout is a retry or a second seam; later, a new call.
         self._window_ms = max(1, round(self.settings.timeout_seconds * 1000))
@@ -108,9 +108,9 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         Arguments > `settings` (or the environment) > defaults. The URL is parsed
         and every setting validated before any connection is made.
         """
-        observe = take_observe_options(options)  # type: ignore[arg-type]
+        telemetry = take_telemetry_options(options)  # type: ignore[arg-type]
         resolved = cls.settings_for_url(url, settings, **options)
-        return cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved, **observe)
+        return cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved, **telemetry)
 
     @staticmethod
     def settings_for_url(

@@ -11,18 +11,18 @@ from typing import Any
 from ..errors import ConfigurationError
 from .callbacks import check_callback
 from .health import HealthWatch
-from .options import ObserveOptions
+from .options import TelemetryOptions
 from .recorder import Recorder
 from .watch import Fanout, Watch
 
-__all__ = ["Observers", "build_observers"]
+__all__ = ["Telemetry", "build_telemetry"]
 
 _lock = threading.Lock()
 _otel_recorders: weakref.WeakKeyDictionary[Any, Recorder] = weakref.WeakKeyDictionary()
 
 
-class Observers:
-    """What `build_observers` chose: the check's `Watch` (None: nothing to report), the recorder, health."""
+class Telemetry:
+    """What `build_telemetry` chose: the check's `Watch` (None: nothing to report), the recorder, health."""
 
     def __init__(self, watch: Watch | None, recorder: Recorder, health: HealthWatch) -> None:
         self.watch = watch
@@ -37,7 +37,7 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _otel(options: ObserveOptions) -> Recorder | None:
+def _otel(options: TelemetryOptions) -> Recorder | None:
     wanted = options.get("otel")
     provider = options.get("meter_provider")
     if wanted is not None and not isinstance(wanted, bool):
@@ -72,7 +72,7 @@ def _otel(options: ObserveOptions) -> Recorder | None:
     return recorder
 
 
-def _prometheus(options: ObserveOptions) -> Recorder | None:
+def _prometheus(options: TelemetryOptions) -> Recorder | None:
     registry = options.get("prometheus_registry")
     if registry is None:
         return None
@@ -89,13 +89,13 @@ def _prometheus(options: ObserveOptions) -> Recorder | None:
     return PrometheusRecorder(registry)
 
 
-def build_observers(
-    options: ObserveOptions, *, decided_by: str, policy: str, backend: str, asynchronous: bool,
+def build_telemetry(
+    options: TelemetryOptions, *, decided_by: str, policy: str, backend: str, asynchronous: bool,
     client: Callable[[], Any] | None = None, key_prefix: str = "distbrake",
-) -> Observers:
+) -> Telemetry:
     """The observers of a brake whose own backend decides as `decided_by` (`client`: its Redis, for the fleet view)."""
-    unknown = set(options) - set(ObserveOptions.__annotations__)
-    if unknown:  # pragma: no cover - take_observe_options only takes known names
+    unknown = set(options) - set(TelemetryOptions.__annotations__)
+    if unknown:  # pragma: no cover - take_telemetry_options only takes known names
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
     callbacks = {
         name: check_callback(name, options.get(name), asynchronous=asynchronous)
@@ -116,4 +116,4 @@ def build_observers(
         watch = Watch(recorder, decided_by=decided_by, policy=policy, on_deny=callbacks["on_deny"],
                       on_warn=callbacks["on_warn"], fleet=fleet)
     health = HealthWatch(policy, backend, callbacks["on_degraded"], callbacks["on_recovered"])
-    return Observers(watch, recorder, health)
+    return Telemetry(watch, recorder, health)

@@ -32,7 +32,7 @@ logger = logging.getLogger("distbrake")
 RETENTION_MINUTES = 60
 MAX_QUEUED = 10_000  # notes waiting for the writer, at most (further ones are dropped)
 GATHER_SECONDS = 0.5  # a writer gathers the notes of this long into one pipeline (at most 2 writes a second)
-Kind = Literal["d", "w"]
+Noted = Literal["d", "w"]  # what a field counts: denied or warned checks
 _Tally = Counter[tuple[int, str]]  # (minute, field) -> count
 
 
@@ -40,8 +40,8 @@ def fleet_key(prefix: str, minute: int) -> str:
     return f"{prefix}:fleet:{minute}"
 
 
-def _field(kind: Kind, tool: str) -> str:
-    return f"{kind}:{tool[:TOOL_CHARS]}"
+def _field(noted: Noted, tool: str) -> str:
+    return f"{noted}:{tool[:TOOL_CHARS]}"
 
 
 def _queue_writes(pipe: Any, prefix: str, tally: _Tally) -> Any:
@@ -55,25 +55,26 @@ def _queue_writes(pipe: Any, prefix: str, tally: _Tally) -> Any:
     return pipe
 
 
-_refusal_logged = False  # a refused write is a configuration matter: said once per process
+class _Writer:
+    """What both writers share: a refused write is a configuration matter, said once per writer."""
+
+    _refusal_said = False
+
+    def _write_failed(self, error: BaseException) -> None:
+        """A write that failed: an outage is the failure policy's news (DEBUG here); a refusal is said once."""
+        if "NOPERM" in str(error)[:40] or type(error).__name__ == "NoPermissionError":
+            if not self._refusal_said:
+                self._refusal_said = True
+                logger.warning(
+                    "distbrake: the fleet view is not written: the Redis user may not run HINCRBY and PEXPIRE "
+                    "on the <prefix>:fleet:* keys (grant +hincrby; distbrake stats and top also need "
+                    "+hgetall); checks are not affected"
+                )
+            return
+        logger.debug("distbrake: the fleet view's counters were not written (%s)", type(error).__name__)
 
 
-def _write_failed(error: BaseException) -> None:
-    """A write that failed: an outage is the failure policy's news (DEBUG here); a refusal is said once."""
-    global _refusal_logged
-    if "NOPERM" in str(error)[:40] or type(error).__name__ == "NoPermissionError":
-        if not _refusal_logged:
-            _refusal_logged = True
-            logger.warning(
-                "distbrake: the fleet view is not written: the Redis user may not run HINCRBY and PEXPIRE on "
-                "the <prefix>:fleet:* keys (grant +hincrby; distbrake stats and top also need +hgetall); "
-                "checks are not affected"
-            )
-        return
-    logger.debug("distbrake: the fleet view's counters were not written (%s)", type(error).__name__)
-
-
-class FleetWriter:
+class FleetWriter(_Writer):
     """A sync brake's writer: notes go on a bounded queue, a daemon thread writes them in batches."""
 
     def __init__(self, client: Callable[[], Any], prefix: str) -> None:
@@ -86,12 +87,12 @@ class FleetWriter:
         self._idle = threading.Condition()
         self._unwritten = 0  # notes queued or being written
 
-    def note(self, kind: Kind, tool: str) -> None:
+    def note(self, noted: Noted, tool: str) -> None:
         if self._queue.qsize() >= MAX_QUEUED:
             return
         with self._idle:
             self._unwritten += 1
-        self._queue.put((int(time.time() // 60), _field(kind, tool)))
+        self._queue.put((int(time.time() // 60), _field(noted, tool)))
         thread = self._thread
         if thread is None or self._pid != os.getpid() or not thread.is_alive():
             self._start()
@@ -116,7 +117,7 @@ class FleetWriter:
             try:
                 _queue_writes(self._client().pipeline(transaction=False), self._prefix, tally).execute()
             except Exception as error:
-                _write_failed(error)
+                self._write_failed(error)
             with self._idle:
                 self._unwritten -= sum(tally.values())
                 self._idle.notify_all()
@@ -127,7 +128,7 @@ class FleetWriter:
             self._idle.wait_for(lambda: self._unwritten <= 0, timeout)
 
 
-class AsyncFleetWriter:
+class AsyncFleetWriter(_Writer):
     """An async brake's writer: notes are tallied, one task of the running loop writes them."""
 
     def __init__(self, client: Callable[[], Any], prefix: str) -> None:
@@ -136,10 +137,10 @@ class AsyncFleetWriter:
         self._tally: _Tally = Counter()
         self._task: asyncio.Task[None] | None = None
 
-    def note(self, kind: Kind, tool: str) -> None:
+    def note(self, noted: Noted, tool: str) -> None:
         if len(self._tally) >= MAX_QUEUED:
             return
-        self._tally[(int(time.time() // 60), _field(kind, tool))] += 1
+        self._tally[(int(time.time() // 60), _field(noted, tool))] += 1
         loop = asyncio.get_running_loop()
         task = self._task
         # A task of an earlier event loop (closed without running it to the end) writes nothing more.
@@ -153,7 +154,7 @@ class AsyncFleetWriter:
             try:
                 await _queue_writes(self._client().pipeline(transaction=False), self._prefix, tally).execute()
             except Exception as error:
-                _write_failed(error)
+                self._write_failed(error)
 
     async def flush(self, timeout: float = 2.0) -> None:
         """Wait, at most `timeout`, until the notes so far are written (or failed): `aclose()` does."""
@@ -174,14 +175,14 @@ def decode_minute(reply: Mapping[Any, Any]) -> dict[str, tuple[int, int]]:
     tools: dict[str, list[int]] = {}
     for raw_field, raw_count in reply.items():
         field = raw_field.decode("utf-8", "replace") if isinstance(raw_field, bytes) else str(raw_field)
-        kind, _, tool = field.partition(":")
-        if kind not in ("d", "w"):
+        noted, _, tool = field.partition(":")
+        if noted not in ("d", "w"):
             continue
         try:
             count = int(raw_count)
         except ValueError:
             continue
-        tools.setdefault(tool, [0, 0])[kind == "w"] += count
+        tools.setdefault(tool, [0, 0])[noted == "w"] += count
     return {tool: (d, w) for tool, (d, w) in tools.items()}
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-__all__ = ["OBSERVE_OPTIONS", "ObserveOptions", "take_observe_options"]
+__all__ = ["TELEMETRY_OPTIONS", "TelemetryOptions", "take_telemetry_options"]
 
 
-class ObserveOptions(TypedDict, total=False):
+class TelemetryOptions(TypedDict, total=False):
     """Observability keyword options (validated when the brake is built).
 
     * `otel`: True for OpenTelemetry metrics and span events on the global `MeterProvider`
@@ -31,12 +31,12 @@ class ObserveOptions(TypedDict, total=False):
     fleet_stats: bool | None
 
 
-OBSERVE_OPTIONS = frozenset(ObserveOptions.__annotations__)
+TELEMETRY_OPTIONS = frozenset(TelemetryOptions.__annotations__)
 
 
-def take_observe_options(options: dict[str, Any]) -> ObserveOptions:
+def take_telemetry_options(options: dict[str, Any]) -> TelemetryOptions:
     """Remove the observability options from `options` (the rest are settings) and return them."""
-    taken = ObserveOptions()
-    for name in OBSERVE_OPTIONS & options.keys():
+    taken = TelemetryOptions()
+    for name in TELEMETRY_OPTIONS & options.keys():
         taken[name] = options.pop(name)  # type: ignore[literal-required]
     return taken

@@ -23,12 +23,12 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from .recorder import (
-    BACKEND_ERRORS,
-    CHECKS,
-    DURATION,
+    BACKEND_ERRORS_METRIC,
+    CHECKS_METRIC,
     DURATION_BUCKETS,
-    FALLBACK,
-    SCRIPT_LOADS,
+    DURATION_METRIC,
+    FALLBACK_METRIC,
+    SCRIPT_LOADS_METRIC,
     Outcome,
     Recorder,
 )
@@ -48,18 +48,19 @@ class OtelRecorder(Recorder):
         provider = metrics.get_meter_provider() if meter_provider is None else meter_provider
         meter = provider.get_meter("distbrake", version)
         self._duration = meter.create_histogram(
-            DURATION[0], unit="s", description=DURATION[1],
+            DURATION_METRIC[0], unit="s", description=DURATION_METRIC[1],
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
-        self._errors = meter.create_counter(BACKEND_ERRORS[0], unit="{error}", description=BACKEND_ERRORS[1])
-        self._fallback = meter.create_counter(FALLBACK[0], unit="{check}", description=FALLBACK[1])
-        self._loads = meter.create_counter(SCRIPT_LOADS[0], unit="{load}", description=SCRIPT_LOADS[1])
+        self._errors = meter.create_counter(
+            BACKEND_ERRORS_METRIC[0], unit="{error}", description=BACKEND_ERRORS_METRIC[1])
+        self._fallback = meter.create_counter(FALLBACK_METRIC[0], unit="{check}", description=FALLBACK_METRIC[1])
+        self._loads = meter.create_counter(SCRIPT_LOADS_METRIC[0], unit="{load}", description=SCRIPT_LOADS_METRIC[1])
         self._lock = threading.Lock()
         self._tallies: dict[tuple[str, str, str], int] = {}
         self._pending: list[tuple[str, float]] = []
         self._by: dict[str, dict[str, str]] = {}
         meter.create_observable_counter(
-            CHECKS[0], callbacks=[self._observe], unit="{check}", description=CHECKS[1])
+            CHECKS_METRIC[0], callbacks=[self._observe], unit="{check}", description=CHECKS_METRIC[1])
 
     def check(self, tool: str, outcome: Outcome, decided_by: str, seconds: float | None) -> None:
         key = (tool, outcome, decided_by)

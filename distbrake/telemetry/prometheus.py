@@ -14,7 +14,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from .recorder import BACKEND_ERRORS, CHECKS, DURATION, DURATION_BUCKETS, FALLBACK, SCRIPT_LOADS, Outcome, Recorder
+from .recorder import (
+    BACKEND_ERRORS_METRIC,
+    CHECKS_METRIC,
+    DURATION_BUCKETS,
+    DURATION_METRIC,
+    FALLBACK_METRIC,
+    SCRIPT_LOADS_METRIC,
+    Outcome,
+    Recorder,
+)
 
 __all__ = ["PrometheusRecorder"]
 
@@ -32,12 +41,13 @@ def _metrics(registry: CollectorRegistry) -> tuple[Any, ...]:
         found = _registered.get(registry)
         if found is None:
             found = (
-                Counter(_name(CHECKS[0]), CHECKS[1], ("tool", "outcome", "decided_by"), registry=registry),
-                Histogram(_name(DURATION[0]) + "_seconds", DURATION[1], ("decided_by",),
+                Counter(_name(CHECKS_METRIC[0]), CHECKS_METRIC[1], ("tool", "outcome", "decided_by"),
+                        registry=registry),
+                Histogram(_name(DURATION_METRIC[0]) + "_seconds", DURATION_METRIC[1], ("decided_by",),
                           buckets=(*DURATION_BUCKETS, float("inf")), registry=registry),
-                Counter(_name(BACKEND_ERRORS[0]), BACKEND_ERRORS[1], ("error_type",), registry=registry),
-                Counter(_name(FALLBACK[0]), FALLBACK[1], ("policy",), registry=registry),
-                Counter(_name(SCRIPT_LOADS[0]), SCRIPT_LOADS[1], registry=registry),
+                Counter(_name(BACKEND_ERRORS_METRIC[0]), BACKEND_ERRORS_METRIC[1], ("error_type",), registry=registry),
+                Counter(_name(FALLBACK_METRIC[0]), FALLBACK_METRIC[1], ("policy",), registry=registry),
+                Counter(_name(SCRIPT_LOADS_METRIC[0]), SCRIPT_LOADS_METRIC[1], registry=registry),
             )
             _registered[registry] = found
         return found

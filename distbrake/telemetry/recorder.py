@@ -22,11 +22,11 @@ DURATION_BUCKETS: tuple[float, ...] = (
 )
 
 # Names and descriptions of the instruments, shared by every recorder.
-CHECKS = ("distbrake.checks", "Checks, by tool, outcome and decided_by.")
-DURATION = ("distbrake.check.duration", "Duration of a check (exempt checks are not timed), by decided_by.")
-BACKEND_ERRORS = ("distbrake.backend.errors", "Backend failures seen by checks, by error.type.")
-FALLBACK = ("distbrake.fallback.checks", "Checks decided by the failure policy, by policy.")
-SCRIPT_LOADS = ("distbrake.script.loads", "Script loads after a NOSCRIPT reply.")
+CHECKS_METRIC = ("distbrake.checks", "Checks, by tool, outcome and decided_by.")
+DURATION_METRIC = ("distbrake.check.duration", "Duration of a check (exempt checks are not timed), by decided_by.")
+BACKEND_ERRORS_METRIC = ("distbrake.backend.errors", "Backend failures seen by checks, by error.type.")
+FALLBACK_METRIC = ("distbrake.fallback.checks", "Checks decided by the failure policy, by policy.")
+SCRIPT_LOADS_METRIC = ("distbrake.script.loads", "Script loads after a NOSCRIPT reply.")
 
 
 class Recorder:
