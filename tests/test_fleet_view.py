@@ -279,3 +279,28 @@ def test_an_async_brake_keeps_writing_after_moving_to_a_new_event_loop(redis_url
     asyncio.run(deny("second"))
     asyncio.run(brake.aclose())
     wait_for_stats(redis_url, prefix, {"first": {"denied": 1, "warned": 0}, "second": {"denied": 1, "warned": 0}})
+
+
+def test_a_user_granted_exactly_the_hint_gets_every_feature() -> None:
+    # The ACL hint (doctor, errors, README) is built from one table of what each feature needs: a user granted
+    # exactly that gets checks, the fleet view, `stats`, `list` and `clear` (it once lacked +hincrby and
+    # +hgetall: the fleet view was silently not written and `stats` exited 4 suggesting the same grant).
+    from distbrake.cli.output import acl_rules
+
+    user = f"hinted on >pw ~distbrake:* resetchannels -@all {acl_rules(None)}"
+    with RedisServer(acl_users=[user], name="hinted") as server:
+        url = server.url_with(username="hinted", password="pw")
+        brake = DistributedBrake.from_url(url, otel=False, max_repeats=1, on_backend_error="closed")
+        minute = int(time.time() // 60)
+        with pytest.raises(LoopBrakeError):
+            brake.check("search", 1, session_id="s")
+        brake.close()  # the fleet view's write is done (or refused) by now
+        minutes = range(minute, int(time.time() // 60) + 1)
+        assert sum(server.command("EXISTS", f"distbrake:fleet:{m}") for m in minutes) == 1
+        stats = cli("stats", "--url", url, "--json")
+        assert stats.returncode == 0, stats.stderr
+        listed = cli("list", "--url", url, "--json")
+        assert listed.returncode == 0 and len(json.loads(listed.stdout)["sessions"]) == 1
+        assert cli("clear", "--url", url, "s").returncode == 0
+        doctor = cli("doctor", "--url", url, "--json")
+        assert [c for c in json.loads(doctor.stdout)["checks"] if c["status"] == "fail"] == []

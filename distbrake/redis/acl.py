@@ -1,4 +1,8 @@
-"""The Redis commands the brake sends, as ACL DRYRUN probes and as ACL rules to grant."""
+"""The Redis commands the brake sends, as ACL DRYRUN probes and as ACL rules to grant.
+
+`FEATURES` is the one table of what each feature needs: `doctor`'s probes,
+the CLI's ACL hints and the README's minimal user are all built from it.
+"""
 
 from __future__ import annotations
 
@@ -20,24 +24,30 @@ def script_commands() -> list[str]:
     return list(dict.fromkeys(name.upper() for name in found))
 
 
+# Every command the brake and its operations send, by the feature that needs it ({key}: a record key,
+# {pattern}: the SCAN pattern of records, {sha}/{source}: the script's, {argv}: a check's arguments).
+# "checks" also needs what lua/brake.lua runs inside the script (`script_commands`).
+FEATURES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "checks": (("EVALSHA", "{sha}", "1", "{key}", "{argv}"), ("SCRIPT", "LOAD", "{source}")),
+    "inspect and list": (("HMGET", "{key}", *(f.decode() for f in FIELDS)), ("PTTL", "{key}"), ("TIME",),
+                         ("SCAN", "0", "MATCH", "{pattern}", "COUNT", "500")),
+    "clear": (("DEL", "{key}"),),
+    "ping": (("PING",),),
+    "the fleet view (written by checks)": (("HINCRBY", "{key}", "n", "1"), ("PEXPIRE", "{key}", "1000")),
+    "stats and top": (("HGETALL", "{key}"),),
+}
+
+
 def needed_commands(key: str, pattern: str, sha: str, source: str) -> list[tuple[str, ...]]:
-    """Every command the brake and its operations send, with sample arguments."""
-    argv = ("x" * 24, "3", "3600000", "tool", "session")
-    commands: list[tuple[str, ...]] = [
-        ("EVALSHA", sha, "1", key, *argv),
-        ("SCRIPT", "LOAD", source),
-    ]
-    for name in script_commands():
-        sample = _SAMPLE_ARGS.get(name, ("{key}",))
-        commands.append((name, *(key if a == "{key}" else a for a in sample)))
-    commands += [
-        ("HMGET", key, *(f.decode() for f in FIELDS)),
-        ("PTTL", key),
-        ("TIME",),
-        ("SCAN", "0", "MATCH", pattern, "COUNT", "500"),
-        ("DEL", key),
-        ("PING",),
-    ]
+    """Every command the brake and its operations send (`FEATURES`), with sample arguments."""
+    fill = {"{key}": (key,), "{pattern}": (pattern,), "{sha}": (sha,), "{source}": (source,),
+            "{argv}": ("x" * 24, "3", "3600000", "tool", "session")}
+    commands: list[tuple[str, ...]] = []
+    for feature, sent in FEATURES.items():
+        commands += [tuple(part for arg in command for part in fill.get(arg, (arg,))) for command in sent]
+        if feature == "checks":  # and what the script runs
+            commands += [(name, *(key if a == "{key}" else a for a in _SAMPLE_ARGS.get(name, ("{key}",))))
+                         for name in script_commands()]
     unique: dict[str, tuple[str, ...]] = {}
     for command in commands:
         unique.setdefault(command_name(command), command)
