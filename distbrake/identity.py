@@ -16,6 +16,12 @@ object keys sorted (by UTF-16 code units) at every level. Two paths give it:
   than orjson's limit. It is also the one that raises
   `UnsupportedArgumentsError`.
 
+Numbers: a subclass of int or float (numpy's `float64`, pandas' floats)
+is written as the same int or float; other number types (numpy's `int64`,
+`float32`, `bool_`, `decimal.Decimal`) are refused, naming the type: their
+JavaScript spelling is not theirs to decide (convert with `.item()`,
+`int()`, `float()` or `str()` first).
+
 Conversions (both paths agree): tuples are arrays; `enum.Enum` members are
 their value; `uuid.UUID` is its string; dataclasses are objects of their
 fields; pydantic models are `model_dump(mode="json")`; int, float, bool and
@@ -103,7 +109,7 @@ def js_number(value: float) -> str:
         return "null"
     if value == 0:
         return "0"
-    text = repr(value)  # shortest round-trip digits, as in JavaScript
+    text = float.__repr__(value)  # shortest round-trip digits, as in JavaScript (a subclass's repr is its own)
     sign = ""
     if text[0] == "-":
         sign, text = "-", text[1:]

@@ -218,3 +218,33 @@ def test_exponents_after_many_sign_bytes_are_spelled_as_javascript_does(signs: i
         assert canonical_json(value) == _exact(value), signs
     assert canonical_json(["x-y"] * signs + [1.5e-6]).endswith(",0.0000015]" if signs else "[0.0000015]")
     assert canonical_json(["x+y"] * signs + [1e16]).endswith("10000000000000000]")
+
+
+class _Measured(float):
+    """A float subclass with a repr of its own, as numpy's and pandas' scalars have."""
+
+    def __repr__(self) -> str:
+        return f"Measured({float(self)!r})"
+
+
+@pytest.mark.parametrize("value", [1.5, 1e-07, 1e21, 1e16, -0.0, 3.0, 0.1, 123456.789])
+def test_a_float_subclass_hashes_as_the_same_float(value: float) -> None:
+    import numpy as np
+
+    plain = canonical_json({"a": value, "b": [value]})
+    for subclassed in (np.float64(value), _Measured(value)):
+        assert canonical_json({"a": subclassed, "b": [subclassed]}) == plain
+        assert call_hash("t", {"a": subclassed}) == call_hash("t", {"a": value})
+
+
+@pytest.mark.parametrize("name", ["int64", "float32", "bool", "Decimal"])
+def test_other_number_types_are_refused_naming_the_type_never_the_value(name: str) -> None:
+    import decimal
+
+    import numpy as np
+
+    value = {"int64": np.int64(31337), "float32": np.float32(1.25e-7), "bool": np.bool_(True),
+             "Decimal": decimal.Decimal("31337.5")}[name]
+    with pytest.raises(UnsupportedArgumentsError) as raised:
+        call_hash("t", {"a": value})
+    assert repr(name) in str(raised.value) and "31337" not in str(raised.value) and "1.25" not in str(raised.value)
