@@ -416,9 +416,13 @@ def call_hash(tool: str, args: Any) -> str:
     """sha256 hex of `tool + "\\n" + canonical_json(args)`: the identity of a call."""
     if type(tool) is not str and not isinstance(tool, str):
         raise TypeError(f"tool name must be a str, not {type(tool).__name__}")
-    digest = _tool_head(tool).copy()
+    head = _tool_head(tool) if len(tool) <= CACHED_TOOL_CHARS else _tool_head.__wrapped__(tool)
+    digest = head.copy()
     digest.update(canonical_json_bytes(args))
     return digest.hexdigest()
+
+
+CACHED_TOOL_CHARS = 256  # a longer tool name is hashed afresh each time, never kept
 
 
 @functools.lru_cache(maxsize=1024)

@@ -23,15 +23,18 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from .recorder import TOOL_CHARS
+from .recorder import OTHER_TOOL, TOOL_CHARS
 
-__all__ = ["RETENTION_MINUTES", "AsyncFleetWriter", "FleetWriter", "fleet_key", "parse_minute", "read_minutes"]
+__all__ = [
+    "FLEET_TOOLS", "RETENTION_MINUTES", "AsyncFleetWriter", "FleetWriter", "fleet_key", "parse_minute", "read_minutes",
+]
 
 logger = logging.getLogger("distbrake")
 
 RETENTION_MINUTES = 60
 MAX_QUEUED = 10_000  # notes waiting for the writer, at most (further ones are dropped)
 GATHER_SECONDS = 0.5  # a writer gathers the notes of this long into one pipeline (at most 2 writes a second)
+FLEET_TOOLS = 256  # distinct tools a brake writes per minute; further ones are counted under OTHER_TOOL
 Noted = Literal["d", "w"]  # what a field counts: denied or warned checks
 _Tally = Counter[tuple[int, str]]  # (minute, field) -> count
 
@@ -56,9 +59,25 @@ def _queue_writes(pipe: Any, prefix: str, tally: _Tally) -> Any:
 
 
 class _Writer:
-    """What both writers share: a refused write is a configuration matter, said once per writer."""
+    """What both writers share: a bounded set of tools per minute, and a refusal said once per writer."""
 
-    _refusal_said = False
+    def __init__(self) -> None:
+        self._refusal_said = False
+        self._minute = 0
+        self._tools: set[str] = set()
+
+    def _field(self, noted: Noted, tool: str) -> tuple[int, str]:
+        """(minute, field) of a note: a tool past the minute's FLEET_TOOLS is counted as OTHER_TOOL."""
+        minute = int(time.time() // 60)
+        if minute != self._minute:
+            self._minute, self._tools = minute, set()
+        tools = self._tools
+        if tool not in tools:
+            if len(tools) >= FLEET_TOOLS:
+                tool = OTHER_TOOL
+            else:
+                tools.add(tool)
+        return minute, _field(noted, tool)
 
     def _write_failed(self, error: BaseException) -> None:
         """A write that failed: an outage is the failure policy's news (DEBUG here); a refusal is said once."""
@@ -78,6 +97,7 @@ class FleetWriter(_Writer):
     """A sync brake's writer: notes go on a bounded queue, a daemon thread writes them in batches."""
 
     def __init__(self, client: Callable[[], Any], prefix: str) -> None:
+        super().__init__()
         self._client = client
         self._prefix = prefix
         self._queue: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
@@ -92,7 +112,8 @@ class FleetWriter(_Writer):
             return
         with self._idle:
             self._unwritten += 1
-        self._queue.put((int(time.time() // 60), _field(noted, tool)))
+            field = self._field(noted, tool)
+        self._queue.put(field)
         thread = self._thread
         if thread is None or self._pid != os.getpid() or not thread.is_alive():
             self._start()
@@ -132,6 +153,7 @@ class AsyncFleetWriter(_Writer):
     """An async brake's writer: notes are tallied, one task of the running loop writes them."""
 
     def __init__(self, client: Callable[[], Any], prefix: str) -> None:
+        super().__init__()
         self._client = client
         self._prefix = prefix
         self._tally: _Tally = Counter()
@@ -140,7 +162,7 @@ class AsyncFleetWriter(_Writer):
     def note(self, noted: Noted, tool: str) -> None:
         if len(self._tally) >= MAX_QUEUED:
             return
-        self._tally[(int(time.time() // 60), _field(noted, tool))] += 1
+        self._tally[self._field(noted, tool)] += 1
         loop = asyncio.get_running_loop()
         task = self._task
         # A task of an earlier event loop (closed without running it to the end) writes nothing more.

@@ -28,6 +28,8 @@ from .recorder import (
     DURATION_BUCKETS,
     DURATION_METRIC,
     FALLBACK_METRIC,
+    MAX_SERIES,
+    OTHER_TOOL,
     SCRIPT_LOADS_METRIC,
     Outcome,
     Recorder,
@@ -36,8 +38,6 @@ from .recorder import (
 __all__ = ["OtelRecorder"]
 
 EVENT = "gen_ai.guardrail.result"
-MAX_SERIES = 4096  # distinct (tool, outcome, decided_by) kept; further tools are counted as OTHER_TOOL
-OTHER_TOOL = "_other"
 MAX_PENDING = 65_536  # durations kept for the next collection, at most (then the check hands them over)
 
 

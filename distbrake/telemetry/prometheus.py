@@ -20,6 +20,8 @@ from .recorder import (
     DURATION_BUCKETS,
     DURATION_METRIC,
     FALLBACK_METRIC,
+    MAX_SERIES,
+    OTHER_TOOL,
     SCRIPT_LOADS_METRIC,
     Outcome,
     Recorder,
@@ -48,6 +50,7 @@ def _metrics(registry: CollectorRegistry) -> tuple[Any, ...]:
                 Counter(_name(BACKEND_ERRORS_METRIC[0]), BACKEND_ERRORS_METRIC[1], ("error_type",), registry=registry),
                 Counter(_name(FALLBACK_METRIC[0]), FALLBACK_METRIC[1], ("policy",), registry=registry),
                 Counter(_name(SCRIPT_LOADS_METRIC[0]), SCRIPT_LOADS_METRIC[1], registry=registry),
+                set(),  # the (tool, outcome, decided_by) series made on this registry, at most MAX_SERIES
             )
             _registered[registry] = found
         return found
@@ -57,17 +60,27 @@ class PrometheusRecorder(Recorder):
     """`distbrake_checks_total`, `distbrake_check_duration_seconds`, ... on `registry`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._checks, self._duration, self._errors, self._fallback, self._loads = _metrics(registry)
+        self._checks, self._duration, self._errors, self._fallback, self._loads, self._series = _metrics(registry)
         self._children: dict[tuple[str, str, str], Any] = {}
         self._timers: dict[str, Any] = {}
+
+    def _child(self, key: tuple[str, str, str]) -> Any:
+        """The counter of a series, or of its OTHER_TOOL series once the registry holds MAX_SERIES."""
+        with _lock:
+            series = self._series
+            if key not in series:
+                if len(series) >= MAX_SERIES:
+                    key = (OTHER_TOOL, *key[1:])
+                series.add(key)
+        if len(self._children) >= MAX_SERIES:
+            self._children.clear()  # a cache of counters only: the registry keeps the series
+        return self._checks.labels(*key)
 
     def check(self, tool: str, outcome: Outcome, decided_by: str, seconds: float | None) -> None:
         key = (tool, outcome, decided_by)
         child = self._children.get(key)
         if child is None:
-            if len(self._children) >= 4096:
-                self._children.clear()
-            child = self._children[key] = self._checks.labels(tool, outcome, decided_by)
+            child = self._children[key] = self._child(key)
         child.inc()
         if seconds is not None:
             timer = self._timers.get(decided_by)

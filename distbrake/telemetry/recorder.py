@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-__all__ = ["DURATION_BUCKETS", "OUTCOMES", "TOOL_CHARS", "Outcome", "Recorder"]
+__all__ = ["DURATION_BUCKETS", "MAX_SERIES", "OTHER_TOOL", "OUTCOMES", "TOOL_CHARS", "Outcome", "Recorder"]
 
 Outcome = Literal["allowed", "warned", "denied", "would_deny", "exempt", "replayed"]
 OUTCOMES: tuple[Outcome, ...] = ("allowed", "warned", "denied", "would_deny", "exempt", "replayed")
 TOOL_CHARS = 64  # a tool name is cut to this many characters in every attribute
+# Tool names are the caller's: each metrics backend keeps at most MAX_SERIES distinct series of the
+# checks counter, and counts checks of further tools under OTHER_TOOL (nothing is lost, memory is bounded).
+MAX_SERIES = 4096
+OTHER_TOOL = "_other"
 
 # Check duration buckets, seconds: 10 µs to 1 s, roughly logarithmic (1-2.5-5 per decade).
 DURATION_BUCKETS: tuple[float, ...] = (
