@@ -92,6 +92,19 @@ class BrakeSettings(BaseSettings):
         populate_by_name=True,
     )
 
+    def __init__(self, **values: Any) -> None:
+        """Raises `ConfigurationError` (or `InvalidMaxRepeatsError`) naming the source of a bad value.
+
+        Never pydantic's own error: it quotes inputs, the backend URL (and its password) among them.
+        """
+        problem = None
+        try:
+            super().__init__(**values)
+        except (ValidationError, SettingsError) as error:
+            problem = configuration_error(error, values)
+        if problem is not None:
+            raise problem  # outside the handler: pydantic's error is not even its __context__
+
     max_repeats: int = Field(
         default=DEFAULT_MAX_REPEATS, validation_alias=AliasChoices(*MAX_REPEATS_VARIABLES),
         description="Deny the Nth identical call in a row (>= 1).",
@@ -318,7 +331,13 @@ def _location_name(field: str, location: tuple[int | str, ...]) -> str:
     return f"tools[{location[1]!r}]" + "".join(f".{part}" for part in location[2:])
 
 
-def _raise_configuration_error(error: ValidationError, given: Mapping[str, object]) -> None:
+def configuration_error(error: ValidationError | SettingsError, given: Mapping[str, object]) -> ConfigurationError:
+    """The error a bad setting raises, naming its source (an argument or a variable), never its input."""
+    if isinstance(error, SettingsError):
+        match = re.search(r'field "(\w+)"', str(error))
+        found = match.group(1) if match else None
+        name = _variable_in_use(found) if found in BrakeSettings.model_fields else "a DISTBRAKE_* variable"
+        return ConfigurationError(f"invalid environment variable {name}: not valid JSON for this setting")
     problems = []
     limit_error = False
     for item in error.errors(include_input=False, include_url=False):
@@ -342,7 +361,7 @@ def _raise_configuration_error(error: ValidationError, given: Mapping[str, objec
         else:
             problems.append(f"invalid {name} from {source}: {message}")
     text = "; ".join(problems)
-    raise (InvalidMaxRepeatsError(text) if limit_error else ConfigurationError(text)) from None
+    return InvalidMaxRepeatsError(text) if limit_error else ConfigurationError(text)
 
 
 def load_settings(settings: BrakeSettings | None = None, **given: object) -> BrakeSettings:
@@ -355,19 +374,13 @@ def load_settings(settings: BrakeSettings | None = None, **given: object) -> Bra
     unknown = sorted(set(overrides) - set(BrakeSettings.model_fields))
     if unknown:
         raise TypeError(f"unknown setting(s): {', '.join(unknown)}")
+    problem = None
     try:
         if settings is not None:
             if not overrides:
                 return settings
             return BrakeSettings.model_validate({**settings.model_dump(), **overrides})
-        return BrakeSettings(**overrides)  # type: ignore[arg-type]
-    except ValidationError as error:
-        _raise_configuration_error(error, overrides)
-        raise  # pragma: no cover - _raise_configuration_error always raises
-    except SettingsError as error:
-        match = re.search(r'field "(\w+)"', str(error))
-        found = match.group(1) if match else None
-        name = _variable_in_use(found) if found in BrakeSettings.model_fields else "a DISTBRAKE_* variable"
-        raise ConfigurationError(
-            f"invalid environment variable {name}: not valid JSON for this setting"
-        ) from None
+        return BrakeSettings(**overrides)  # raises ConfigurationError itself
+    except (ValidationError, SettingsError) as error:
+        problem = configuration_error(error, overrides)
+    raise problem  # outside the handler: pydantic's error is not even its __context__

@@ -75,8 +75,8 @@ class ParsedURL:
     db: int = 0
     username: str | None = None
     password: str | None = field(default=None, repr=False)
-    options: dict[str, str] = field(default_factory=dict)
-    redacted: str = ""
+    options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold a sentinel_password
+    redacted: str = ""  # the URL with every secret masked (what repr shows of the options)
 
 
 def _bad(url: str, why: str) -> InvalidURLError:

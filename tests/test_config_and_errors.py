@@ -189,3 +189,34 @@ def test_arguments_never_reach_the_error_or_the_log(caplog: pytest.LogCaptureFix
     for text in surfaces:
         assert SECRET not in text and "id_rsa" not in text
     assert "denied" in caplog.text and error.hash_prefix in caplog.text
+
+
+@pytest.mark.parametrize("bad", [
+    {"DISTBRAKE_WARN_AT": "9"},
+    {"DISTBRAKE_TOOLS": '{"a": {"warn_at": 9}}'},
+    {"DISTBRAKE_TIMEOUT_SECONDS": "abc"},
+    {"DISTBRAKE_TOOLS": "not json"},
+])
+def test_settings_built_directly_never_show_the_urls_password(
+    monkeypatch: pytest.MonkeyPatch, bad: dict[str, str]
+) -> None:
+    import traceback
+
+    from distbrake import BrakeSettings, ConfigurationError
+
+    monkeypatch.setenv("DISTBRAKE_URL", "redis://:hunter2@localhost:6379")
+    for name, value in bad.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigurationError) as raised:
+        BrakeSettings()
+    shown = "".join(traceback.format_exception(raised.value, chain=True))
+    assert "hunter" not in shown and "hunter" not in repr(raised.value.__context__)
+    assert "DISTBRAKE_" in str(raised.value)  # names the variable
+
+
+def test_a_parsed_urls_repr_holds_no_secret() -> None:
+    from distbrake import BrakeSettings
+
+    settings = BrakeSettings(url="redis+sentinel://:pw-one@h:26379/mymaster?sentinel_password=pw-two")
+    assert "pw-one" not in repr(settings.parsed_url) and "pw-two" not in repr(settings.parsed_url)
+    assert "pw-" not in repr(settings)
