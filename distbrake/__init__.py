@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         InvalidMaxRepeatsError,
         InvalidURLError,
         LoopBrakeError,
+        MissingSessionError,
         ScriptReplyError,
         UnsupportedArgumentsError,
     )
@@ -55,7 +56,7 @@ _HOMES = {
     ".core": ("DECIDED_BY", "DecidedBy", "SessionState", "Verdict"),
     ".errors": (
         "BrakeUnavailableError", "ConfigurationError", "DistbrakeError", "EventLoopError",
-        "InvalidMaxRepeatsError", "InvalidURLError", "LoopBrakeError", "ScriptReplyError",
+        "InvalidMaxRepeatsError", "InvalidURLError", "LoopBrakeError", "MissingSessionError", "ScriptReplyError",
         "UnsupportedArgumentsError",
     ),
     ".hooks": ("BrakeHandle", "install"),
@@ -108,6 +109,7 @@ __all__ = [
     "InvalidURLError",
     "LoopBrake",
     "LoopBrakeError",
+    "MissingSessionError",
     "ScriptReplyError",
     "SessionState",
     "ToolRules",

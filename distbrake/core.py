@@ -15,11 +15,11 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from .errors import BrakeUnavailableError, LoopBrakeError
+from .errors import BrakeUnavailableError, LoopBrakeError, MissingSessionError
 from .identity import call_hash, hash_prefix
 from .model import ALLOWED, WARNED, Cycle, Rules, judge
 from .rules import strip_fields, warning_text
-from .session import resolve_call_id, resolve_session
+from .session import DEFAULT_SESSION, find_session, resolve_call_id
 from .settings import BrakeSettings
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class BrakeCore:
     def __init__(self, settings: BrakeSettings) -> None:
         self.settings = settings
         self._tool_rules, self._default_rules = settings.rules_table()
+        self._default_said = False  # the WARNING that checks share the session "default" (once per brake)
 
     @property
     def max_repeats(self) -> int:
@@ -153,7 +154,11 @@ class BrakeCore:
         context: object = None,
     ) -> PreparedCall | Verdict:
         """Resolve session, call id and the tool's rules, and hash; an exempt tool gives its Verdict."""
-        session = session_id if type(session_id) is str else resolve_session(session_id, context)
+        if type(session_id) is str:
+            session = session_id
+        else:
+            found = find_session(session_id, context)
+            session = self._no_session(tool) if found is None else found
         rules = self._tool_rules.get(tool, self._default_rules)
         if rules is None:
             return Verdict(0, 0, "", session, tool, exempt=True, decided_by="exempt")
@@ -164,6 +169,22 @@ class BrakeCore:
         if rules.progress and found is None:
             found = uuid.uuid4().hex  # the observation of the result must name this very call
         return PreparedCall(tool, digest, session, found, rules)
+
+    def _no_session(self, tool: str) -> str:
+        """A check that names no session: `"default"` (said once per brake), or refused with require_session."""
+        if self.settings.require_session:
+            raise MissingSessionError(
+                f'loop brake: a check of tool "{printable(tool[:64])}" names no session (require_session is '
+                "on): pass session_id=..., bind_session(...) around the run, or a context with a session_id"
+            )
+        if not self._default_said:
+            self._default_said = True
+            logger.warning(
+                'distbrake: a check names no session, so it counts in the session "default", shared with every '
+                "other such check of the fleet (different agents can deny each other); pass session_id=..., "
+                "bind_session(...), or set require_session=True to make this an error"
+            )
+        return DEFAULT_SESSION
 
     def judge(
         self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy, cycle: Cycle | None = None

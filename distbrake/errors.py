@@ -6,6 +6,8 @@
     ├── ConfigurationError (ValueError)
     │   ├── InvalidMaxRepeatsError  max_repeats (or a per-tool limit) is unusable
     │   └── InvalidURLError         a backend URL that cannot be used
+    ├── MissingSessionError (ValueError)
+    │                               a check names no session and require_session is on
     ├── UnsupportedArgumentsError (TypeError)
     │                               arguments JSON cannot express
     ├── EventLoopError (RuntimeError)
@@ -140,6 +142,10 @@ class InvalidMaxRepeatsError(ConfigurationError):
 
 class InvalidURLError(ConfigurationError):
     """A backend URL with an unknown scheme or unusable parts (never echoed with its password)."""
+
+
+class MissingSessionError(DistbrakeError, ValueError):
+    """A check named no session (no session_id, bound session or context id) and `require_session` is on."""
 
 
 class UnsupportedArgumentsError(DistbrakeError, TypeError):

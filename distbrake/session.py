@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from uuid import UUID
 
-__all__ = ["DEFAULT_SESSION", "bind_session", "bound_session", "resolve_call_id", "resolve_session"]
+__all__ = ["DEFAULT_SESSION", "bind_session", "bound_session", "find_session", "resolve_call_id", "resolve_session"]
 
 DEFAULT_SESSION = "default"
 SESSION_KEYS = ("session_id", "sessionId", "agent_id", "agentId")
@@ -46,17 +46,21 @@ def _as_id(value: object, what: str) -> str:
     raise TypeError(f"{what} must be a str, not {type(value).__name__}")
 
 
-def resolve_session(session_id: object = None, context: object = None) -> str:
-    """The session of a call (see the module text for the order)."""
+def find_session(session_id: object = None, context: object = None) -> str | None:
+    """The session of a call (see the module text for the order), None when nothing names one."""
     if session_id is not None:
         return _as_id(session_id, "session_id")
     bound = _bound.get()
     if bound is not None:
         return bound
     found = _lookup(context, SESSION_KEYS)
-    if found is not None:
-        return _as_id(found, "the context's session id")
-    return DEFAULT_SESSION
+    return None if found is None else _as_id(found, "the context's session id")
+
+
+def resolve_session(session_id: object = None, context: object = None) -> str:
+    """The session of a call (see the module text for the order): `"default"` when nothing names one."""
+    found = find_session(session_id, context)
+    return DEFAULT_SESSION if found is None else found
 
 
 def resolve_call_id(call_id: object = None, context: object = None) -> str | None:

@@ -11,8 +11,10 @@ URL is parsed once, into `BrakeSettings.parsed_url`.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -66,6 +68,7 @@ class BrakeOptions(TelemetryOptions, total=False):
     tools: Mapping[str, ToolRules | Mapping[str, Any]] | None
     max_cycle_period: int | None
     cycle_repeats: int | None
+    require_session: bool | None
 
 
 def resolve_max_repeats(
@@ -97,6 +100,7 @@ class BrakeSettings(BaseSettings):
 
         Never pydantic's own error: it quotes inputs, the backend URL (and its password) among them.
         """
+        warn_misspelled_variables(os.environ)
         problem = None
         try:
             super().__init__(**values)
@@ -145,6 +149,11 @@ class BrakeSettings(BaseSettings):
     tools: dict[str, ToolRules] = Field(
         default_factory=dict,
         description="Per-tool rules: max_repeats, warn_at, enforce, ignore_fields, progress, exempt.",
+    )
+
+    require_session: bool = Field(
+        default=False,
+        description='A check naming no session raises MissingSessionError instead of sharing "default".',
     )
 
     max_cycle_period: int = Field(
@@ -294,6 +303,39 @@ def _variables(field: str) -> tuple[str, ...]:
     if isinstance(alias, AliasChoices):
         return tuple(str(choice) for choice in alias.choices)
     return (ENV_PREFIX + field.upper(),)
+
+
+def warn_misspelled_variables(environ: Mapping[str, str]) -> None:
+    """A `RuntimeWarning` for each DISTBRAKE_* variable that is no setting but close to one (a typo is
+    otherwise ignored silently); Python shows each once."""
+    known = [name for field in BrakeSettings.model_fields for name in _variables(field)]
+    for name in environ:
+        upper = name.upper()
+        if upper.startswith(ENV_PREFIX) and upper not in known:
+            close = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
+            if close:
+                warnings.warn(
+                    f"distbrake: the environment variable {name[:64]} is not a setting and is ignored; "
+                    f"did you mean {close[0]}?", RuntimeWarning, stacklevel=3,
+                )
+
+
+class _ToolsOnly(BaseSettings):
+    """`DISTBRAKE_TOOLS` alone, for what needs only the tools' rules (`distbrake hash`)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    tools: dict[str, ToolRules] = Field(default_factory=dict)
+
+
+def tool_rules_from_environment(tool: str) -> ToolRules:
+    """The rules `DISTBRAKE_TOOLS` gives `tool` (none: the defaults), whatever the other variables hold."""
+    problem = None
+    try:
+        return _ToolsOnly().tools.get(tool, ToolRules())
+    except (ValidationError, SettingsError) as error:
+        problem = configuration_error(error, {})
+    raise problem
 
 
 def _variable_in_use(field: str) -> str:

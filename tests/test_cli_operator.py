@@ -328,3 +328,14 @@ def test_bench_exits_5_when_a_figure_misses_its_target() -> None:
         wrong = run("bench", "--target", bad)
         assert wrong.returncode == 2, bad
         assert "--target" in one_line_error(wrong)
+
+
+def test_hash_needs_only_the_tools_variable() -> None:
+    # `distbrake hash` is local: an unrelated bad variable does not stop it; DISTBRAKE_TOOLS still applies.
+    done = run("--json", "hash", "search", '{"q": 1, "nonce": 7}', DISTBRAKE_TIMEOUT_SECONDS="abc",
+               DISTBRAKE_TOOLS='{"search": {"ignore_fields": ["nonce"]}}')
+    assert done.returncode == 0, done.stderr
+    assert as_json(done)["call_hash"] == call_hash("search", {"q": 1})
+    assert as_json(done)["ignored_fields"] == ["nonce"]
+    bad = run("hash", "search", "{}", DISTBRAKE_TOOLS="not json")
+    assert bad.returncode != 0 and "DISTBRAKE_TOOLS" in one_line_error(bad)

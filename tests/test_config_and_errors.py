@@ -220,3 +220,42 @@ def test_a_parsed_urls_repr_holds_no_secret() -> None:
     settings = BrakeSettings(url="redis+sentinel://:pw-one@h:26379/mymaster?sentinel_password=pw-two")
     assert "pw-one" not in repr(settings.parsed_url) and "pw-two" not in repr(settings.parsed_url)
     assert "pw-" not in repr(settings)
+
+
+# -- silent defaults, said (issue 23.13) ------------------------------------------------------------
+
+
+def test_checks_without_a_session_share_default_and_say_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    from distbrake import LoopBrake
+
+    brake = LoopBrake()
+    with caplog.at_level(logging.WARNING, logger="distbrake"):
+        for _ in range(2):
+            assert brake.check("search", {"agent": 1}).session_id == "default"
+        assert brake.check("search", {}, session_id="named").session_id == "named"
+    said = [r for r in caplog.records if 'session "default"' in r.getMessage()]
+    assert len(said) == 1 and "require_session" in said[0].getMessage()
+
+
+@pytest.mark.parametrize("kind", ["loop", "sync"])
+def test_require_session_refuses_a_check_that_names_none(kind: str) -> None:
+    from distbrake import DistributedBrake, LoopBrake, MissingSessionError, bind_session
+
+    brake = LoopBrake(require_session=True) if kind == "loop" else DistributedBrake.from_url(
+        "memory://require", require_session=True)
+    with pytest.raises(MissingSessionError, match="names no session"):
+        brake.check("search", {})
+    assert brake.check("search", {}, session_id="").session_id == ""  # an id, even an empty one, names one
+    assert brake.check("search", {}, context={"session_id": "ctx"}).session_id == "ctx"
+    with bind_session("bound"):
+        assert brake.check("search", {}).session_id == "bound"
+
+
+def test_a_misspelled_variable_is_named_with_the_closest_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from distbrake import BrakeSettings
+
+    monkeypatch.setenv("DISTBRAKE_MAXREPEATS", "5")
+    monkeypatch.setenv("DISTBRAKE_SOMETHING_OF_MINE", "x")  # not close to any setting: not ours to judge
+    with pytest.warns(RuntimeWarning, match="DISTBRAKE_MAXREPEATS is not a setting.*DISTBRAKE_MAX_REPEATS") as seen:
+        assert BrakeSettings().max_repeats == 3
+    assert not [w for w in seen if "SOMETHING" in str(w.message)]

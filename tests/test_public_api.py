@@ -36,6 +36,7 @@ DOCUMENTED = [
     "InvalidURLError",
     "LoopBrake",
     "LoopBrakeError",
+    "MissingSessionError",
     "ScriptReplyError",
     "SessionState",
     "ToolRules",

@@ -15,6 +15,7 @@ from ..identity import call_hash, hash_prefix
 from ..model import advance, judge
 from ..redis.sync import DistributedBrake
 from ..rules import strip_fields
+from ..settings import tool_rules_from_environment
 from .app import App, command
 from .output import (
     EXIT_DENIED,
@@ -64,10 +65,10 @@ def hash_command(app: App, tool: str, args_json: str, as_json: bool) -> None:
     ignore_fields (DISTBRAKE_TOOLS) apply, as in the brake.
     """
     args = parse_args_json(args_json)
-    rules = app.settings().rules_for(tool)
-    ignored = [".".join(path) for path in rules.ignore_fields] if rules is not None else []
-    if rules is not None and rules.ignore_fields:
-        args = strip_fields(args, rules.ignore_fields)
+    rules = tool_rules_from_environment(tool)  # only DISTBRAKE_TOOLS: no other setting is needed here
+    ignored = [] if rules.exempt else list(rules.ignore_fields)
+    if ignored:
+        args = strip_fields(args, tuple(tuple(path.split(".")) for path in ignored))
     digest = call_hash(tool, args)
     if as_json:
         data: dict[str, Any] = {"tool_name": tool, "call_hash": digest, "hash_prefix": hash_prefix(digest)}
