@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -369,7 +368,7 @@ def test_silent_server_exits_4_within_the_timeout(hanging_port: int) -> None:
             assert "did not answer within 1 s" in one_line_error(result)
 
 
-# -- demo and bench -------------------------------------------------------------------------------------
+# -- demo ------------------------------------------------------------------------------------------------
 
 
 def test_demo_on_the_embedded_default() -> None:
@@ -397,95 +396,6 @@ def test_demo_on_redis_uses_processes(redis_url: str) -> None:
     assert len({w["label"] for w in data["workers"]}) == 2  # two distinct pids
     with DistributedBrake.from_url(redis_url) as brake:
         assert list(brake.sessions()) == []  # cleaned up
-
-
-def test_bench_memory_figure_on_real_redis_and_skipped_on_memory(redis_url: str) -> None:
-    result = run("--url", redis_url, "bench", "--quick", "--sessions", "500", "--json",
-                 "--only", "memory_per_session", "--only", "sync_check_latency")
-    report = as_json(result)
-    # A loaded machine may miss a target: then the exit code says so (5), never 0.
-    assert result.returncode == (0 if report["passed"] else 5), result.stderr
-    figures = {f["key"]: f for f in report["figures"]}
-    assert set(figures) == {"memory_per_session", "sync_check_latency"}
-    memory = figures["memory_per_session"]
-    assert memory["unit"] == "bytes" and 50 < memory["ours"] < 2000 and memory["samples"] == 500
-    assert memory["ratio"] is None and memory["target"] == "<= 240 B"
-    latency = figures["sync_check_latency"]
-    assert latency["ours"] > 0 and latency["floor"] > 0
-    assert latency["ratio"] == pytest.approx(latency["ours"] / latency["floor"])
-    assert set(latency) == {"key", "name", "unit", "ours", "floor", "ratio", "target", "passed",
-                            "note", "samples"}
-    with DistributedBrake.from_url(redis_url) as brake:
-        assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
-
-    skipped = run("bench", "--quick", "--only", "memory_per_session")
-    assert skipped.returncode == 0, skipped.stderr
-    assert "skip" in skipped.stdout and "memory:// has no used_memory" in skipped.stdout
-
-
-def test_bench_prices_the_rules_against_the_same_check_with_rules_off(redis_url: str) -> None:
-    result = run("--url", redis_url, "bench", "--quick", "--json",
-                 "--only", "rules_warn_shadow", "--only", "rules_cycles", "--only", "rules_progress")
-    report = as_json(result)
-    assert result.returncode == (0 if report["passed"] else 5), result.stderr
-    figures = {f["key"]: f for f in report["figures"]}
-    assert [figures[key]["target"] for key in ("rules_warn_shadow", "rules_cycles", "rules_progress")] == [
-        "<= 1.1x", "<= 1.2x", "<= 2.2x"]
-    for figure in figures.values():
-        assert figure["ours"] > 0 and figure["floor"] > 0 and figure["samples"] == 600
-        assert figure["passed"] == (figure["ratio"] <= float(figure["target"][3:-1]))
-    with DistributedBrake.from_url(redis_url) as brake:
-        assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
-
-
-def test_bench_prices_the_physical_floors_and_the_cluster(redis_url: str, cluster_url: str) -> None:
-    """The raw-socket, pipelined and realistic-path floors on a single node, the Cluster figures against it."""
-    floors = ("sync_check_raw", "async_pipelined", "async_one_task", "async_load", "server_cost")
-    clustered = ("cluster_async", "cluster_sync", "cluster_memory")
-    only = [arg for key in (*floors, *clustered) for arg in ("--only", key)]
-    result = run("--url", redis_url, "bench", "--quick", "--json", "--pin-cpu", "--sessions", "300",
-                 "--cluster-url", cluster_url, *only)
-    report = as_json(result)
-    assert result.returncode == (0 if report["passed"] else 5), result.stderr
-    figures = {f["key"]: f for f in report["figures"]}
-    assert set(figures) == {*floors, *clustered}
-    targets = {"sync_check_raw": "<= 1.6x", "async_pipelined": ">= 1x", "async_one_task": ">= 1x",
-               "async_load": ">= 0.9x", "server_cost": ">= 0.3x", "cluster_async": ">= 0.8x",
-               "cluster_sync": ">= 0.8x", "cluster_memory": "<= 265 B"}
-    assert {key: f["target"] for key, f in figures.items()} == targets
-    for key, figure in figures.items():
-        if key == "cluster_memory":
-            assert 50 < figure["ours"] < 2000 and figure["passed"] == (figure["ours"] <= 265)
-            continue
-        assert figure["ours"] > 0 and figure["floor"] > 0, key
-        assert figure["ratio"] == pytest.approx(figure["ours"] / figure["floor"])
-        bound, ratio = float(figure["target"][3:-1]), figure["ratio"]
-        assert figure["passed"] == (ratio <= bound if figure["target"][0] == "<" else ratio >= bound)
-    assert "pinned to CPU" in figures["sync_check_raw"]["note"]
-    assert "fresh call id" in figures["server_cost"]["note"]
-    # each names its least possible figure, measured in the same run
-    assert re.search(r"no client work\): \d+\.\d\dx", figures["sync_check_raw"]["note"])
-    assert re.search(r"no logic\): \d+\.\d\dx", figures["server_cost"]["note"])
-    with DistributedBrake.from_url(redis_url) as brake:
-        assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
-    with DistributedBrake.from_url(cluster_url) as brake:
-        assert list(brake.sessions()) == []
-
-    skipped = as_json(run("--url", redis_url, "bench", "--quick", "--json", "--only", "cluster_async"))
-    assert skipped["figures"][0]["passed"] is None and "--cluster-url" in skipped["figures"][0]["note"]
-    wrong = run("--url", redis_url, "bench", "--quick", "--cluster-url", redis_url, "--only", "cluster_async")
-    assert wrong.returncode == 2 and "redis+cluster://" in wrong.stderr
-
-
-def test_bench_prices_start_up_against_the_dependencies_own() -> None:
-    result = run("bench", "--quick", "--json", "--only", "import_time", "--only", "cli_startup")
-    report = as_json(result)
-    assert result.returncode == (0 if report["passed"] else 5), result.stderr
-    figures = {f["key"]: f for f in report["figures"]}
-    assert (figures["import_time"]["target"], figures["cli_startup"]["target"]) == ("<= 1.1x", "<= 2x")
-    for figure in figures.values():
-        assert figure["unit"] == "ms" and figure["ours"] > 0 and figure["floor"] > 0 and figure["samples"] == 5
-        assert figure["passed"] == (figure["ratio"] <= float(figure["target"][3:-1]))
 
 
 def test_help_and_version_load_no_redis_client_pydantic_or_rich() -> None:

@@ -1,0 +1,133 @@
+"""The Redis Cluster figures (`--cluster-url`), each against the same figure on the single node at --url.
+
+* `cluster_async`: the asyncio brake's checks/s at 64 tasks on the Cluster
+  against on the single node, interleaved in one event loop;
+* `cluster_sync`: the sync brake's checks/s at 8 threads (one session each)
+  on the Cluster against on the single node, interleaved;
+* `cluster_memory`: Redis memory per session on the Cluster, `used_memory`
+  summed over its masters, read with the brake's clients closed.
+
+Without a Cluster URL each says "skipped".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from distbrake import AsyncDistributedBrake, BrakeSettings, DistributedBrake
+
+from .aio import brake_rate, measure
+from .local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+from .server import CONCURRENCY, DEFAULT_SESSIONS, bench_brake, memory_per_session
+
+__all__ = ["THREADS", "cluster_async", "cluster_memory", "cluster_sync"]
+
+THREADS = 8
+NO_CLUSTER = "skipped: needs --cluster-url redis+cluster://... (and a single node at --url)"
+
+
+def _usable(single: BrakeSettings, cluster: BrakeSettings | None) -> bool:
+    return cluster is not None and cluster.parsed_url.kind == "cluster" and single.parsed_url.kind != "memory"
+
+
+async def _async_rates(single: BrakeSettings, cluster: BrakeSettings, per_task: int, rounds: int,
+                       timeout_seconds: float, step: Step) -> list[float]:
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    brakes = [bench_brake(AsyncDistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
+    try:
+        rates = await measure([brake_rate(b, CONCURRENCY, per_task) for b in brakes], rounds,
+                              "cluster_async", step)
+        for brake in brakes:
+            await brake.clear_all()
+    finally:
+        for brake in brakes:
+            await brake.aclose()
+    return rates
+
+
+def _versus_single(
+    key: str, name: str, single: BrakeSettings, cluster: BrakeSettings | None,
+    rates: Callable[[BrakeSettings, BrakeSettings], list[float]], samples: int,
+) -> Figure:
+    """Checks/s on the Cluster vs on the single node, as `rates(single, cluster)` measures them."""
+    if cluster is None or not _usable(single, cluster):
+        return Figure(key, name, "checks/s", None, None, None, ">= 0.8x", None, NO_CLUSTER)
+    ours, floor = rates(single, cluster)
+    return ratio_figure(key, name, "checks/s", ours, floor, at_least=0.8, samples=samples)
+
+
+def cluster_async(
+    single: BrakeSettings, cluster: BrakeSettings | None, *, per_task: int = 200, rounds: int = 5,
+    timeout_seconds: float = 5.0, step: Step = no_step,
+) -> Figure:
+    """The asyncio brake at 64 tasks: checks/s on the Cluster vs on the single node."""
+    return _versus_single(
+        "cluster_async", f"Cluster async {CONCURRENCY} tasks vs single node", single, cluster,
+        lambda s, c: asyncio.run(_async_rates(s, c, per_task, rounds, timeout_seconds, step)),
+        rounds * CONCURRENCY * per_task)
+
+
+def _threads_rate(brake: DistributedBrake, sessions: list[str], per_thread: int) -> Callable[[], float]:
+    def one(session: str) -> None:
+        for i in range(per_thread):
+            brake.check("search", SMALL_ARGS[i & 1], session_id=session)
+
+    def run() -> float:
+        threads = [threading.Thread(target=one, args=(s,)) for s in sessions]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return len(sessions) * per_thread / (time.perf_counter() - start)
+
+    return run
+
+
+def _sync_rates(single: BrakeSettings, cluster: BrakeSettings, per_thread: int, rounds: int,
+                timeout_seconds: float, step: Step) -> list[float]:
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    brakes = [bench_brake(DistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
+    sessions = [f"bench-{uuid.uuid4()}" for _ in range(THREADS)]
+    try:
+        runs = [_threads_rate(b, sessions, per_thread) for b in brakes]
+        for run in runs:
+            run()  # warm-up: connections, script, slot map
+        rates: list[list[float]] = [[], []]
+        for index in range(rounds):
+            for run, out in zip(runs, rates, strict=True):
+                out.append(run())
+            step("cluster_sync", index + 1, rounds)
+        for brake in brakes:
+            brake.clear_all()
+    finally:
+        for brake in brakes:
+            brake.close()
+    return [statistics.median(out) for out in rates]
+
+
+def cluster_sync(
+    single: BrakeSettings, cluster: BrakeSettings | None, *, per_thread: int = 300, rounds: int = 5,
+    timeout_seconds: float = 5.0, step: Step = no_step,
+) -> Figure:
+    """The sync brake at 8 threads: checks/s on the Cluster vs on the single node, interleaved."""
+    return _versus_single(
+        "cluster_sync", f"Cluster sync {THREADS} threads vs single node", single, cluster,
+        lambda s, c: _sync_rates(s, c, per_thread, rounds, timeout_seconds, step), rounds * THREADS * per_thread)
+
+
+def cluster_memory(
+    cluster: BrakeSettings | None, *, sessions: int = DEFAULT_SESSIONS, timeout_seconds: float = 5.0,
+    step: Step = no_step,
+) -> Figure:
+    """Redis memory per session on the Cluster (summed over its masters, clients closed)."""
+    if cluster is None or cluster.parsed_url.kind != "cluster":
+        return Figure("cluster_memory", "Redis memory per session, Cluster", "bytes", None, None, None,
+                      "<= 265 B", None, NO_CLUSTER)
+    return memory_per_session(cluster, sessions=sessions, timeout_seconds=timeout_seconds, step=step,
+                              key="cluster_memory", bound=265)

@@ -1,0 +1,162 @@
+"""The physical floors of the bench: a raw socket, CPU pinning, and a pipelined raw-socket load.
+
+* `RawConnection`: a plain Python socket writing pre-encoded commands and
+  parsing replies with one hiredis reader (no client library in between):
+  the floor of one round trip.
+* `pinned`: client and server on one CPU while a figure runs (`--pin-cpu`),
+  which reproduces the busy-machine state steadily; unpinned, on an idle
+  machine, every round trip is dominated by CPU wake-ups.
+* `server_seconds_per_call`: the server's own CPU time (INFO `used_cpu_*`)
+  per command while our pipelined raw-socket load (16 commands per write,
+  several connections) keeps it busy: what `server_cost` compares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import ssl
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from distbrake.urls import ParsedURL
+
+__all__ = ["RawConnection", "pinned", "resp", "server_seconds_per_call"]
+
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def resp(*parts: bytes | str | int) -> bytes:
+    """One command in Redis's wire format."""
+    out = [b"*%d\r\n" % len(parts)]
+    for part in parts:
+        data = part if isinstance(part, bytes) else str(part).encode("utf-8")
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+class RawConnection:
+    """A socket to the server of a redis:// or unix:// URL, replies parsed by hiredis."""
+
+    def __init__(self, parsed: ParsedURL, timeout: float) -> None:
+        import hiredis
+
+        if parsed.kind == "unix":
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(parsed.path)
+        elif parsed.kind == "redis":
+            host, port = parsed.hosts[0]
+            sock = socket.create_connection((host, port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if parsed.tls:
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        else:
+            raise ValueError(f"no raw connection to a {parsed.kind} URL")
+        self.sock = sock
+        self.reader = hiredis.Reader()
+        if parsed.password is not None:
+            auth = (parsed.username, parsed.password) if parsed.username else (parsed.password,)
+            self.call(resp("AUTH", *auth))
+        if parsed.db:
+            self.call(resp("SELECT", parsed.db))
+
+    def call(self, packed: bytes) -> Any:
+        """Send one packed command and return its reply (an error reply is raised)."""
+        self.sock.sendall(packed)
+        return self.replies(1)[0]
+
+    def replies(self, count: int) -> list[Any]:
+        """Read `count` replies (an error reply is raised)."""
+        out: list[Any] = []
+        reader, recv = self.reader, self.sock.recv
+        while len(out) < count:
+            reply = reader.gets()
+            if reply is False:
+                data = recv(65536)
+                if not data:
+                    raise ConnectionError("the server closed the connection")
+                reader.feed(data)
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            out.append(reply)
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def server_pid(parsed: ParsedURL, info: dict[str, Any]) -> int | None:
+    """The pid of the server, when it runs on this machine (a Unix socket or a loopback address)."""
+    local = parsed.kind == "unix" or (parsed.kind == "redis" and parsed.hosts[0][0] in LOCAL_HOSTS)
+    pid = info.get("process_id")
+    if not local or not isinstance(pid, int):
+        return None
+    try:
+        os.sched_getaffinity(pid)
+    except OSError:  # not ours to see (another container, another user)
+        return None
+    return pid
+
+
+@contextlib.contextmanager
+def pinned(enabled: bool, server: int | None) -> Iterator[str]:
+    """Pin this process (and the server's pid, if given) to one CPU for the block; yields a note.
+
+    The CPU is the last one this process may run on; both affinities are put
+    back afterwards.
+    """
+    if not enabled:
+        yield "unpinned"
+        return
+    ours = os.sched_getaffinity(0)
+    cpu = max(ours)
+    theirs = None
+    if server is not None:
+        try:
+            theirs = os.sched_getaffinity(server)
+            os.sched_setaffinity(server, {cpu})
+        except OSError:
+            theirs = None
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield f"client and server pinned to CPU {cpu}" if theirs is not None else (
+            f"client pinned to CPU {cpu} (the server is not local: unpinned)")
+    finally:
+        os.sched_setaffinity(0, ours)
+        if theirs is not None and server is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(server, theirs)
+
+
+def _server_cpu(connection: RawConnection) -> float:
+    text = connection.call(resp("INFO", "cpu")).decode("ascii", "replace")
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+
+
+def server_seconds_per_call(
+    connections: Sequence[RawConnection], info: RawConnection, commands: Sequence[bytes], depth: int = 16,
+) -> float:
+    """The server's CPU seconds per command while `connections` send `commands`, `depth` per write.
+
+    Every connection has one write of `depth` commands in flight, so the
+    server always has work queued (as with `redis-benchmark -P 16`).
+    """
+    batches = [b"".join(commands[i:i + depth]) for i in range(0, len(commands), depth)]
+    sizes = [len(commands[i:i + depth]) for i in range(0, len(commands), depth)]
+    before = _server_cpu(info)
+    pending: list[tuple[RawConnection, int]] = []
+    index = 0
+    while index < len(batches) or pending:
+        for connection in connections:  # one write in flight on each connection
+            if index < len(batches) and not any(c is connection for c, _ in pending):
+                connection.sock.sendall(batches[index])
+                pending.append((connection, sizes[index]))
+                index += 1
+        connection, size = pending.pop(0)
+        connection.replies(size)
+    return (_server_cpu(info) - before) / len(commands)

@@ -1,0 +1,311 @@
+"""The benchmark figures measured on the server at --url: latency, rules, throughput, memory.
+
+* `sync_check_latency`: a sync `DistributedBrake.check` (small arguments)
+  against redis-py sending `EVALSHA` of `return 1` to the same server;
+* `async_throughput`: checks per second of `AsyncDistributedBrake` at 64
+  concurrent tasks against redis.asyncio sending one unpipelined
+  `EVALSHA return 1` per task at 64 tasks;
+* `memory_per_session`: Redis `used_memory` growth per session record (UUID
+  session ids, 29-character call ids, TTL set), under a dedicated key prefix
+  that is cleared afterwards (only on a real Redis: never `memory://`);
+* (the raw-socket figures are in `bench_raw`, the other asyncio ones in
+  `bench_async`, the Cluster ones in `bench_cluster`).
+
+Each takes the run's settings for their backend URL (parsed once, never
+again); the benchmark's brakes use their own key prefix, fail closed, and take
+any other setting from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from distbrake import AsyncDistributedBrake, BrakeOptions, BrakeSettings, DistributedBrake, ToolRules
+from distbrake.redis import connect
+from distbrake.settings import load_settings
+
+from .local import SMALL_ARGS, Figure, Step, flat, no_step, paired_rounds, ratio_figure
+
+FLOOR_SCRIPT = "return 1"
+CONCURRENCY = 64
+DEFAULT_SESSIONS = 20_000
+QUICK_SESSIONS = 2_000
+CALL_ID_CHARS = 29
+SERVER_COST_SESSIONS = 10_000
+MEMORY_TOOL = "get_weather_forecast"  # a realistic tool name (12-24 characters)
+
+AnyBrake = TypeVar("AnyBrake", DistributedBrake, AsyncDistributedBrake)
+
+
+def bench_brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeout: float) -> AnyBrake:
+    """A brake of `kind` on `backend`'s server under `prefix`, failing closed (as `from_url` makes it)."""
+    return kind(kind.connect(backend.parsed_url, timeout), url=backend.url, key_prefix=prefix,
+                timeout_seconds=timeout, on_backend_error="closed")
+
+
+def _is_memory(backend: BrakeSettings) -> bool:
+    return backend.parsed_url.kind == "memory"
+
+
+def memory_note(backend: BrakeSettings) -> str:
+    if _is_memory(backend):
+        return "memory:// is the embedded fakeredis (no network); the target is meant for a real Redis"
+    return ""
+
+
+# -- (a) sync check latency ------------------------------------------------------------
+
+
+def sync_check_latency(
+    backend: BrakeSettings, *, rounds: int = 10, block: int = 500, warmup: int = 300,
+    timeout_seconds: float = 2.0, step: Step = no_step,
+) -> Figure:
+    """Median latency of one sync check vs one redis-py `EVALSHA return 1`, same server.
+
+    Each check alternates between two small argument sets in one session, so
+    every check is allowed and writes its record (the common case of an agent
+    that is not looping).
+    """
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
+    floor_client = connect.sync_client(backend.parsed_url, timeout_seconds)
+    try:
+        sha = floor_client.script_load(FLOOR_SCRIPT)
+        floor_key = f"{prefix}:floor"
+        session = f"bench-{uuid.uuid4()}"
+
+        def floor(i: int) -> object:
+            return floor_client.evalsha(sha, 1, floor_key)
+
+        def ours(i: int) -> object:
+            return brake.check("search", SMALL_ARGS[i & 1], session_id=session)
+
+        ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block,
+                                        key="sync_check_latency", step=step)
+        ours_t, floor_t = flat(ours_r), flat(floor_r)
+        brake.clear(session)
+    finally:
+        brake.close()
+        floor_client.close()
+    return ratio_figure(
+        "sync_check_latency", "sync check latency (median)", "µs",
+        statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
+        at_most=1.2, note=memory_note(backend), samples=len(ours_t),
+    )
+
+
+# -- (a2) what the opt-in rules cost a sync check ----------------------------------------------
+
+# figure key: (the rules' options, the bound as a ratio to the same check with every rule off)
+RULES: dict[str, tuple[BrakeOptions, float]] = {
+    "rules_warn_shadow": (BrakeOptions(warn_at=2, enforce=False), 1.1),
+    "rules_cycles": (BrakeOptions(max_cycle_period=4, cycle_repeats=3), 1.2),
+    # a progress-aware tool: its check, then the observation of its result (one more round trip)
+    "rules_progress": (BrakeOptions(tools={"search": ToolRules(progress=True)}), 2.2),
+}
+STAGE_NAMES = {
+    "rules_warn_shadow": "sync check, warn_at + shadow mode vs rules off",
+    "rules_cycles": "sync check, cycles on (period 4 x 3) vs rules off",
+    "rules_progress": "sync check + observe of a progress tool vs rules off",
+}
+ROTATING_ARGS = tuple({"query": f"weather in city {i}", "limit": 5} for i in range(5))  # period 5: never a cycle
+
+
+def rules_cost(
+    backend: BrakeSettings, key: str, *, rounds: int = 10, block: int = 400, warmup: int = 200,
+    timeout_seconds: float = 2.0, step: Step = no_step,
+) -> Figure:
+    """Median sync check with the rules of `key` on vs the same check with every rule off, interleaved.
+
+    Both brakes check five calls in turn in their own session (every check
+    allowed and written, the ring full and never a cycle), one check of each
+    at a time, so both see the same noise.
+    """
+    options, bound = RULES[key]
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    plain = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
+    ruled = DistributedBrake(plain.client, settings=load_settings(plain.settings, **options))
+    try:
+        plain_session, ruled_session = f"bench-{uuid.uuid4()}", f"bench-{uuid.uuid4()}"
+
+        def floor(i: int) -> object:
+            return plain.check("search", ROTATING_ARGS[i % 5], session_id=plain_session)
+
+        def ours(i: int) -> object:
+            verdict = ruled.check("search", ROTATING_ARGS[i % 5], session_id=ruled_session)
+            if verdict.observe_token is not None:
+                ruled.observe(verdict, {"status": "running"})
+            return verdict
+
+        ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key, step=step)
+        ours_t, floor_t = flat(ours_r), flat(floor_r)
+        plain.clear(plain_session)
+        plain.clear(ruled_session)
+    finally:
+        plain.close()
+    return ratio_figure(
+        key, STAGE_NAMES[key], "µs",
+        statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
+        at_most=bound, note=memory_note(backend), samples=len(ours_t),
+    )
+
+
+# -- (b) async throughput ----------------------------------------------------------------
+
+
+async def _async_throughput(
+    backend: BrakeSettings, *, concurrency: int, per_task: int, rounds: int,
+    timeout_seconds: float, step: Step,
+) -> tuple[float, float]:
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    floor_client = connect.async_client(backend.parsed_url, timeout_seconds)
+    sessions = [f"bench-{uuid.uuid4()}" for _ in range(concurrency)]
+    floor_key = f"{prefix}:floor"
+    try:
+        sha = await floor_client.script_load(FLOOR_SCRIPT)
+
+        async def our_task(session: str, n: int) -> None:
+            for i in range(n):
+                await brake.check("search", SMALL_ARGS[i & 1], session_id=session)
+
+        async def floor_task(n: int) -> None:
+            for _ in range(n):
+                await floor_client.evalsha(sha, 1, floor_key)
+
+        async def ours(n: int) -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(our_task(s, n) for s in sessions))
+            return concurrency * n / (time.perf_counter() - start)
+
+        async def floor(n: int) -> float:
+            start = time.perf_counter()
+            await asyncio.gather(*(floor_task(n) for _ in range(concurrency)))
+            return concurrency * n / (time.perf_counter() - start)
+
+        await ours(max(5, per_task // 5))
+        await floor(max(5, per_task // 5))
+        ours_r: list[float] = []
+        floor_r: list[float] = []
+        for index in range(rounds):
+            floor_r.append(await floor(per_task))
+            ours_r.append(await ours(per_task))
+            step("async_throughput", index + 1, rounds)
+        await brake.clear_all()
+    finally:
+        await brake.aclose()
+        close = getattr(floor_client, "aclose", None) or floor_client.close
+        await close()
+    return statistics.median(ours_r), statistics.median(floor_r)
+
+
+def async_throughput(
+    backend: BrakeSettings, *, concurrency: int = CONCURRENCY, per_task: int = 200,
+    rounds: int = 5, timeout_seconds: float = 5.0, step: Step = no_step,
+) -> Figure:
+    """Checks/s of `AsyncDistributedBrake` vs unpipelined `EVALSHA return 1`, both at 64 tasks."""
+    ours, floor = asyncio.run(
+        _async_throughput(backend, concurrency=concurrency, per_task=per_task, rounds=rounds,
+                          timeout_seconds=timeout_seconds, step=step)
+    )
+    return ratio_figure(
+        "async_throughput", f"async throughput, {concurrency} tasks", "checks/s", ours, floor,
+        at_least=2.0, note=memory_note(backend), samples=rounds * concurrency * per_task,
+    )
+
+
+# -- (c) memory per session ----------------------------------------------------------------
+
+
+def _used_memory(client: Any) -> int:
+    """`used_memory` summed over every primary (one node, or each master of a cluster)."""
+    primaries = getattr(client, "get_primaries", None)
+    if callable(primaries):
+        return sum(
+            int(client.get_redis_connection(node).info("memory")["used_memory"])
+            for node in primaries()
+        )
+    return int(client.info("memory")["used_memory"])
+
+
+def _call_id() -> str:
+    return ("call_" + uuid.uuid4().hex + uuid.uuid4().hex)[:CALL_ID_CHARS]
+
+
+async def _fill(
+    backend: BrakeSettings, prefix: str, *, sessions: int, timeout_seconds: float, step: Step, key: str,
+    measure: Callable[[], int],
+) -> tuple[int, int, int]:
+    """Fill `sessions` records; `used_memory` before and after, both with the brake's clients closed."""
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    try:  # warm up (script cache), then forget the warm-up record
+        await brake.check("search", SMALL_ARGS[0], session_id="warm-up", call_id=_call_id())
+        await brake.clear("warm-up")
+    finally:
+        await brake.aclose()
+    before = await asyncio.to_thread(measure)
+    brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+    done = 0
+
+    async def agent() -> None:  # 64 of these: a fleet's worth of concurrent checks
+        nonlocal done
+        while done < sessions:
+            done += 1
+            await brake.check(MEMORY_TOOL, SMALL_ARGS[0], session_id=str(uuid.uuid4()),
+                              call_id=_call_id())
+            if done % 500 == 0:
+                step(key, done, sessions)
+
+    try:
+        try:
+            await asyncio.gather(*(agent() for _ in range(CONCURRENCY)))
+        finally:
+            await brake.aclose()
+        step(key, sessions, sessions)
+        after = await asyncio.to_thread(measure)  # data only: the brake's clients are closed
+    finally:
+        brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
+        try:
+            cleared = await brake.clear_all()
+        finally:
+            await brake.aclose()
+    return before, after, cleared
+
+
+def memory_per_session(
+    backend: BrakeSettings, *, sessions: int = DEFAULT_SESSIONS, timeout_seconds: float = 5.0,
+    step: Step = no_step, key: str = "memory_per_session", bound: int = 240,
+) -> Figure:
+    """Redis `used_memory` growth per session record, under a dedicated prefix cleared afterwards.
+
+    The prefix has the length of the default one ("distbrake", 9 characters),
+    so the keys are the size they are in production; `used_memory` is read
+    with the brake's clients closed (data only), summed over a cluster's
+    masters. Only on a real Redis (and only on one you may fill with
+    `sessions` short-lived keys).
+    """
+    name = "Redis memory per session" + (", Cluster" if backend.parsed_url.kind == "cluster" else "")
+    target = f"<= {bound} B"
+    if _is_memory(backend):
+        return Figure(
+            key, name, "bytes", None, None, None, target, None,
+            "skipped: memory:// has no used_memory; run with --url redis://... (a server you may fill)",
+        )
+    prefix = f"bench{uuid.uuid4().hex[:4]}"  # 9 characters, like "distbrake"
+    info_client = connect.sync_client(backend.parsed_url, timeout_seconds)
+    try:
+        before, after, cleared = asyncio.run(
+            _fill(backend, prefix, sessions=sessions, timeout_seconds=timeout_seconds, step=step, key=key,
+                  measure=lambda: _used_memory(info_client))
+        )
+    finally:
+        info_client.close()
+    per = (after - before) / sessions
+    note = (f"{sessions} sessions under prefix {prefix!r}, clients closed when measured, "
+            f"all cleared afterwards ({cleared})")
+    return Figure(key, name, "bytes", per, None, None, target, per <= bound, note, sessions)
