@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -368,7 +369,7 @@ def test_silent_server_exits_4_within_the_timeout(hanging_port: int) -> None:
             assert "did not answer within 1 s" in one_line_error(result)
 
 
-# -- demo ------------------------------------------------------------------------------------------------
+# -- demo and bench -------------------------------------------------------------------------------------
 
 
 def test_demo_on_the_embedded_default() -> None:
@@ -396,6 +397,83 @@ def test_demo_on_redis_uses_processes(redis_url: str) -> None:
     assert len({w["label"] for w in data["workers"]}) == 2  # two distinct pids
     with DistributedBrake.from_url(redis_url) as brake:
         assert list(brake.sessions()) == []  # cleaned up
+
+
+BENCH_FIELDS = {
+    "backend", "key_prefix", "checks", "tasks", "sessions", "sync_checks_per_second", "sync_p50_us", "sync_p99_us",
+    "worker_cpu_us_per_check", "async_checks_per_second", "async_p50_us", "async_p99_us",
+    "server_cpu_us_per_check", "server_total_cpu_us_per_check", "server_checks_per_core_second",
+    "memory_bytes_per_session", "sessions_per_gb", "cleared", "not_available",
+}
+
+
+def _timed_checks_are_measured(report: dict[str, Any], checks: int) -> None:
+    assert set(report) == BENCH_FIELDS
+    assert (report["checks"], report["tasks"]) == (checks, 64)
+    for mode in ("sync", "async"):
+        assert report[f"{mode}_checks_per_second"] > 0
+        assert 0 < report[f"{mode}_p50_us"] <= report[f"{mode}_p99_us"]
+    assert report["worker_cpu_us_per_check"] > 0
+
+
+def _script_calls(server: RedisServer) -> int:
+    return sum(int(re.search(r"calls=(\d+)", server.info("commandstats").get(f"cmdstat_{name}", "calls=0"))
+                   .group(1))  # type: ignore[union-attr]
+               for name in ("evalsha", "eval"))
+
+
+def test_bench_measures_a_real_redis_in_absolute_terms_and_deletes_what_it_wrote(
+    redis_server: RedisServer, redis_url: str,
+) -> None:
+    before = _script_calls(redis_server)
+    result = run("--url", redis_url, "bench", "--checks", "640", "--sessions", "500", "--json")
+    assert result.returncode == 0, result.stderr
+    report = as_json(result)
+    _timed_checks_are_measured(report, 640)
+    assert report["backend"] == redis_url and report["not_available"] == {}
+    assert re.fullmatch(r"bench[0-9a-f]{4}", report["key_prefix"])
+    assert _script_calls(redis_server) - before >= 2 * 640 + 500  # every timed check ran the script
+    script, total = report["server_cpu_us_per_check"], report["server_total_cpu_us_per_check"]
+    assert 0 < script < total  # the script's own time is a part of the server's CPU per check
+    assert report["server_checks_per_core_second"] == pytest.approx(1e6 / total, rel=0.01)
+    assert 50 < report["memory_bytes_per_session"] < 2000
+    assert report["sessions_per_gb"] == pytest.approx(1e9 / report["memory_bytes_per_session"], rel=0.01)
+    # 500 sessions for memory, one sync session, 64 async tasks' warm-up and timed sessions, the warm-up
+    assert report["cleared"] == 500 + 1 + 2 * 64 + 1
+    assert redis_server.client().dbsize() == 0
+
+    text = run("--url", redis_url, "bench", "--checks", "64", "--sessions", "100")
+    assert text.returncode == 0, text.stderr
+    assert "server CPU per check: the script (INFO commandstats)" in text.stdout
+    assert "sessions per GB of server memory" in text.stdout and "n/a" not in text.stdout
+    assert "deleted" in text.stdout and redis_server.client().dbsize() == 0
+
+
+def test_bench_on_a_cluster_sums_its_masters(cluster_url: str) -> None:
+    report = as_json(run("--url", cluster_url, "bench", "--checks", "64", "--sessions", "300", "--json"))
+    _timed_checks_are_measured(report, 64)
+    assert report["not_available"] == {} and report["server_cpu_us_per_check"] > 0
+    assert 50 < report["memory_bytes_per_session"] < 2000
+    with DistributedBrake.from_url(cluster_url) as brake:
+        assert list(brake.sessions()) == []
+
+
+def test_bench_on_memory_reports_what_it_cannot_know_as_not_available() -> None:
+    result = run("bench", "--checks", "64", "--json")
+    assert result.returncode == 0, result.stderr
+    report = as_json(result)
+    _timed_checks_are_measured(report, 64)
+    server = ("server_cpu_us_per_check", "server_total_cpu_us_per_check", "server_checks_per_core_second",
+              "memory_bytes_per_session", "sessions_per_gb")
+    assert [report[field] for field in server] == [None] * len(server)
+    assert set(report["not_available"]) == {"server_cpu_us_per_check", "memory_bytes_per_session"}
+    assert all("memory://" in why for why in report["not_available"].values())
+    text = run("bench", "--checks", "64")
+    assert text.returncode == 0 and text.stdout.count("n/a") == len(server)
+    assert "not available: memory:// is the embedded store" in text.stdout
+
+    down = run("--url", f"redis://127.0.0.1:{free_port()}", "bench", "--timeout", "1")
+    assert down.returncode == 4 and "unreachable" in one_line_error(down)
 
 
 def test_help_and_version_load_no_redis_client_pydantic_or_rich() -> None:

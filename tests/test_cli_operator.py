@@ -7,8 +7,7 @@
 * the global options are accepted after the command too (the later one wins)
   and shown in every command's --help;
 * `check --dry-run` answers "would this call be denied?" and writes nothing;
-* `demo --calls N` makes N calls per agent;
-* `bench` exits 5 when a figure misses its target.
+* `demo --calls N` makes N calls per agent.
 """
 
 from __future__ import annotations
@@ -239,7 +238,7 @@ def test_check_dry_run_predicts_and_writes_nothing(redis_url: str) -> None:
     assert replay.returncode == 2 and "--call-id" in one_line_error(replay)
 
 
-# -- demo --calls, bench targets -----------------------------------------------------------------
+# -- demo --calls ----------------------------------------------------------------------------------
 
 
 def test_demo_makes_exactly_calls_per_agent() -> None:
