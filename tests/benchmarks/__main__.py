@@ -18,20 +18,8 @@ import sys
 import click
 from rich.text import Text
 
+from distbrake.cli import output
 from distbrake.cli.app import App, global_options
-from distbrake.cli.output import (
-    EXIT_USAGE,
-    CliError,
-    as_cli_error,
-    emit_json,
-    escape_text,
-    make_console,
-    make_table,
-    one_line,
-    print_renderable,
-    report_error,
-    scrub,
-)
 
 from .suite import STAGES, BenchReport, parse_targets, run_bench
 
@@ -118,7 +106,7 @@ def bench_command(
         brake.ping()
     progress = Progress(
         TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-        console=make_console(stderr=True), transient=True, disable=as_json or not sys.stderr.isatty(),
+        console=output.make_console(stderr=True), transient=True, disable=as_json or not sys.stderr.isatty(),
     )
     tasks = {key: progress.add_task(stage.name, total=None) for key, stage in STAGES.items()
              if not only or key in only}
@@ -131,7 +119,7 @@ def bench_command(
         report = run_bench(settings, quick=quick, sessions=sessions, timeout_seconds=timeout,
                            step=step, only=only, targets=bounds, pin_cpu=pin_cpu, cluster=cluster)
     if as_json:
-        emit_json(report.to_json())
+        output.emit_json(report.to_json())
     else:
         _print_report(app, report, quick)
     if not report.passed:
@@ -140,9 +128,9 @@ def bench_command(
 
 def _print_report(app: App, report: BenchReport, quick: bool) -> None:
     terminal = sys.stdout.isatty()
-    table = make_table("figure", "ours", "floor", "ratio", "target", "result",
+    table = output.make_table("figure", "ours", "floor", "ratio", "target", "result",
                        title=Text(f"distbrake bench ({'quick' if quick else 'full'}) on "
-                                  f"{escape_text(report.backend)}"))
+                                  f"{output.escape_text(report.backend)}"))
     for figure in report.figures:
         if figure.passed is None:
             result = Text("skip", style="dim" if terminal else "")
@@ -155,11 +143,11 @@ def _print_report(app: App, report: BenchReport, quick: bool) -> None:
             _figure_value(figure.floor, figure.unit),
             "-" if figure.ratio is None else f"{figure.ratio:.2f}x", figure.target, result,
         )
-    console = make_console()
-    print_renderable(console, table)
+    console = output.make_console()
+    output.print_renderable(console, table)
     for figure in report.figures:
         if figure.note:
-            console.print(Text(f"{figure.key}: {escape_text(scrub(figure.note, app.secrets))}",
+            console.print(Text(f"{figure.key}: {output.escape_text(output.scrub(figure.note, app.secrets))}",
                                style="dim" if terminal else ""))
     failed = [f.key for f in report.figures if f.passed is False]
     if failed:
@@ -170,19 +158,19 @@ def _print_report(app: App, report: BenchReport, quick: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the suite; every outcome becomes an exit code (and, for an error, one line on stderr)."""
     app = App()
-    try:
-        result = bench_command.main(args=argv, prog_name=PROG, standalone_mode=False, obj=app)
-    except click.exceptions.Exit as done:
-        return int(done.exit_code)
-    except click.exceptions.Abort:
+    try:  # not standalone: click returns the exit code of `Exit` and raises the rest
+        code = bench_command.main(args=argv, prog_name=PROG, standalone_mode=False, obj=app)
+    except click.exceptions.Abort:  # Ctrl-C
         click.echo("interrupted", err=True)
         return 130
-    except click.ClickException as error:  # usage errors: one line, exit 2
-        message = one_line(error.format_message(), app.secrets) + f" (see: {PROG} --help)"
-        return report_error(app, CliError(message, EXIT_USAGE, "usage"))
+    except click.ClickException as error:  # usage errors: one line, exit 2, as the CLI reports them
+        problem = output.CliError(output.one_line(error.format_message(), app.secrets) + f" (see: {PROG} --help)",
+                                  output.EXIT_USAGE, "usage")
     except Exception as error:
-        return report_error(app, as_cli_error(error, app))
-    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+        problem = output.as_cli_error(error, app)
+    else:
+        return code if isinstance(code, int) else 0
+    return output.report_error(app, problem)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from distbrake import BrakeSettings, LoopBrakeError
 
 from .aio import LOAD_TASKS, async_load, async_one_task, async_pipelined
-from .cluster import THREADS, cluster_async, cluster_memory, cluster_sync
+from .cluster import THREADS, cluster_memory, cluster_rate
 from .local import Figure, Step, call_hash_1mb, cli_startup, import_time, inprocess_check, no_step
 from .raw import server_cost, sync_check_raw
 from .server import (
@@ -166,10 +166,9 @@ def run_bench(
         "async_load": lambda: async_load(
             b, timeout_seconds=t, step=step, **({"per_task": 64, "load_per_task": 1} if quick else {}),
             **rounds),
-        "cluster_async": lambda: cluster_async(
-            b, c, timeout_seconds=t, step=step, **({"per_task": 40} if quick else {}), **rounds),
-        "cluster_sync": lambda: cluster_sync(
-            b, c, timeout_seconds=t, step=step, **({"per_thread": 50} if quick else {}), **rounds),
+        **{key: functools.partial(cluster_rate, key, b, c, timeout_seconds=t, step=step, **(
+            {"per_worker": 40 if key == "cluster_async" else 50} if quick else {}), **rounds)
+           for key in ("cluster_async", "cluster_sync")},
         "memory_per_session": lambda: memory_per_session(
             b, sessions=sessions, timeout_seconds=t, step=step),
         "cluster_memory": lambda: cluster_memory(c, sessions=sessions, timeout_seconds=t, step=step),
