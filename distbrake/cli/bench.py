@@ -8,8 +8,9 @@ end), through the public brakes (`DistributedBrake`, `AsyncDistributedBrake`):
 * async: checks per second of one event loop with 64 tasks, p50 and p99;
 * the server's CPU per check: `INFO commandstats`, the change of the script
   commands' `usec` over the change of their `calls` while the bench ran (the
-  script's execution, not the network I/O around it), summed over a
-  Cluster's masters;
+  script's execution alone), and all in: the change of `INFO cpu`'s
+  `used_cpu_user` + `used_cpu_sys` over the same calls (network I/O too);
+  each summed over a Cluster's masters;
 * memory per session: `INFO memory` `used_memory` growth over N fresh sessions.
 
 What the server cannot tell (`memory://` is the embedded store in this
