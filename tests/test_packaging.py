@@ -23,6 +23,8 @@ def test_wheel_installs_and_finds_its_script(tmp_path: Path) -> None:
     assert "distbrake/lua/brake.lua" in names
     assert "distbrake/py.typed" in names
     assert any(n.endswith("licenses/LICENSE") for n in names)
+    assert not [n for n in names if n.startswith("tests/")]  # the team's benchmark suite stays in the clone
+    assert [n for n in names if n.startswith("distbrake/cli/bench")] == ["distbrake/cli/bench.py"]
     assert zipfile.ZipFile(wheel).read("distbrake/lua/brake.lua") == (ROOT / "lua" / "brake.lua").read_bytes()
 
     site = tmp_path / "site"

@@ -14,7 +14,6 @@ Exit codes (stable):
     3  denied (check: the call would be the Nth identical one in a row)
     4  backend unreachable or misconfigured (connection, timeout, credentials,
        permissions, a bad URL or setting; doctor: something is wrong)
-    5  bench: a figure missed its target (or could not be measured)
     70 internal error (a bug: please report it)
 
 Errors are one line on stderr (with --json, also `{"error": {...}}` on
@@ -85,8 +84,7 @@ def cli(
 
     \b
     Exit codes: 0 ok/allowed, 1 not found, 2 usage, 3 denied,
-    4 backend unreachable or misconfigured, 5 bench target missed,
-    70 internal error.
+    4 backend unreachable or misconfigured, 70 internal error.
     """
     app = ctx.ensure_object(App)  # made by `main`; a bare `cli(...)` call gets a fresh one
     for name, value in (("url", url), ("timeout", timeout), ("key_prefix", key_prefix),

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "hash": ("calls", "hash_command", "The call hash of TOOL + ARGS_JSON, computed locally."),
     "check": ("calls", "check_command", "Count one call as a worker would (exit 3 when denied)."),
     "doctor": ("doctor", "doctor_command", "Diagnose connection, mode, script, permissions, config."),
-    "bench": ("bench", "bench_command", "Benchmark figures, as ratios to the server's own floor."),
+    "bench": ("bench", "bench_command", "Measure the brake on your backend: checks/s, latency, CPU, memory."),
     "demo": ("demo", "demo_command", "A small fleet with one stuck agent: watch the brake stop it."),
     "stats": ("fleet", "stats_command", "Denials and warnings per tool per minute, across the fleet."),
     "top": ("fleet", "top_command", "A live view: longest streaks, denials per tool, backend health."),

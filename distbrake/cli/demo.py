@@ -1,137 +1,247 @@
-"""The `demo` command: a small fleet with one stuck agent, shown live, then summed up."""
+"""The `demo` command: a small fleet where one agent gets stuck, and a worker that saw fewer repeats stops it.
+
+Three agents make N calls each, dealt round-robin over workers with a brake each (processes on Redis, threads on
+`memory://`); "bravo" repeats one call. The streak lives in the store, so a worker that itself ran fewer than
+max_repeats of those calls denies one: the proof the demo ends with.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import multiprocessing
+import os
+import queue
 import sys
-from typing import TYPE_CHECKING
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.text import Text
 
+from . import output
 from .app import App, command
-from .demo_plan import AGENTS, STUCK_AGENT, STUCK_TOOL, default_calls, min_calls, plan_calls
-from .output import (
-    EXIT_BACKEND,
-    EXIT_USAGE,
-    CliError,
-    emit_json,
-    escape_text,
-    make_console,
-    make_table,
-    print_renderable,
-)
 
 if TYPE_CHECKING:
-    from .demo_plan import DemoOutcome, DemoReport
+    from ..settings import BrakeSettings
+
+AGENTS, STUCK = ("alpha", "bravo", "charlie"), "bravo"
+STUCK_CALL: tuple[str, dict[str, Any]] = ("search", {"query": "weather in Paris", "units": "metric"})
+WAIT = 30.0  # longest wait for one answer before the demo gives up
+
+
+def plan(workers: int, calls: int, limit: int, run_id: str) -> list[list[dict[str, Any]]]:
+    """Round after round, one call of each agent: bravo makes one normal call, then up to limit + 2 identical
+    ones, then carries on normally; the others repeat one harmless call, under the limit."""
+    harmless = max(1, min(2, limit - 1))
+    rounds: list[list[dict[str, Any]]] = []
+    for seq in range(calls):
+        this = []
+        for index, agent in enumerate(AGENTS):
+            stuck = agent == STUCK and 1 <= seq < 1 + min(limit + 2, calls - 1)
+            if stuck:
+                tool, args = STUCK_CALL
+            elif agent != STUCK and 2 <= seq < 2 + harmless:
+                tool, args = "get_status", {"job": f"{agent}-build"}
+            else:
+                normal: list[tuple[str, dict[str, Any]]] = [
+                    ("search", {"query": f"{agent} topic {seq}"}), ("read_file", {"path": f"notes/{agent}/{seq}.md"}),
+                    ("summarize", {"doc_id": f"{agent}-{seq}", "words": 100})]
+                tool, args = normal[seq % 3]
+            this.append({"agent": agent, "session_id": f"demo-{run_id}-{agent}", "seq": seq, "tool": tool,
+                         "args": args, "worker": (index + seq) % workers, "stuck": stuck,
+                         "call_id": f"{agent}-{run_id}-{seq}"})
+        rounds.append(this)
+    return rounds
+
+
+def _worker(worker: int, settings: BrakeSettings, pace: float, tasks: Any, results: Any, processes: bool) -> None:
+    """One worker (a process or a thread): its own brake, answering calls until it gets None."""
+    from ..errors import LoopBrakeError
+    from ..redis.sync import DistributedBrake
+
+    log = logging.getLogger("distbrake")
+    if processes and not log.handlers and not logging.getLogger().handlers:  # the parent reports denials
+        log.addHandler(logging.NullHandler())
+    label = f"pid {os.getpid()}" if processes else f"thread {threading.current_thread().name}"
+    try:
+        brake = DistributedBrake.from_url(settings=settings)
+    except Exception as error:
+        results.put(("error", worker, f"worker-{worker} could not start: {type(error).__name__}"))
+        return
+    results.put(("ready", worker, label))
+    try:
+        while (call := tasks.get()) is not None:
+            out = {k: call[k] for k in ("agent", "seq", "worker", "tool", "stuck")}
+            try:
+                verdict = brake.check(call["tool"], call["args"], session_id=call["session_id"],
+                                      call_id=call["call_id"])
+                out.update(allowed=True, count=verdict.count, limit=verdict.max_repeats,
+                           hash_prefix=verdict.hash_prefix, error=None)
+                if pace:
+                    time.sleep(pace)  # the tool "runs" (a denied call never gets here)
+            except LoopBrakeError as denied:
+                out.update(allowed=False, count=denied.count, limit=denied.max_repeats,
+                           hash_prefix=denied.hash_prefix, error=None)
+            except Exception as error:  # the backend failed: reported, never a traceback
+                out.update(allowed=False, count=0, limit=0, hash_prefix="", error=type(error).__name__)
+            results.put(("outcome", worker, out))
+    finally:
+        brake.close()
+
+
+def _proof(outcomes: list[dict[str, Any]], limit: int) -> dict[str, Any] | None:
+    """The stuck agent's first denial, and whether only a shared streak explains it."""
+    upto: list[int] = []
+    for out in (o for o in outcomes if o["stuck"] and o["error"] is None):
+        upto.append(out["worker"])
+        if not out["allowed"]:
+            own = upto.count(out["worker"])
+            proof = {"agent": out["agent"], "hash_prefix": out["hash_prefix"], "max_repeats": limit,
+                     "workers_in_order": upto, "denied_on": out["worker"], "shared_count": out["count"],
+                     "own_calls": own, "holds": out["count"] >= limit > own and len(set(upto)) > 1}
+            path, denier = " -> ".join(f"worker-{w}" for w in upto), f"worker-{out['worker']}"
+            proof["sentence"] = (
+                f"shared streak: agent {out['agent']}'s identical call ran on {path}; {denier} denied call "
+                f"{out['count']} in a row although it had run only {own} of them itself (< max_repeats {limit}): "
+                "the count came from the shared store" if proof["holds"] else
+                f"shared streak: not shown (agent {out['agent']}'s calls ran on {path}; the denying {denier} "
+                f"ran {own} of them itself)")
+            return proof
+    return None
 
 
 @command("demo")
-@click.option("--workers", metavar="N", default=4, show_default=True,
-              type=click.IntRange(2, 32), help="Workers in the fleet (processes on Redis, "
-                                              "threads on memory://).")
+@click.option("--workers", metavar="N", default=4, show_default=True, type=click.IntRange(2, 32),
+              help="Workers in the fleet (processes on Redis, threads on memory://).")
 @click.option("--calls", metavar="N", default=None, type=click.IntRange(2, 1000),
-              help="Tool calls each of the 3 agents makes, so 3 x N in all; at least "
-                   "max_repeats + 1, for the stuck agent to reach the limit (default: 8, or "
-                   "max_repeats + 4 when that is more).")
-@click.option("--keep", is_flag=True,
-              help="Leave the demo's sessions in the store (see them with `distbrake list`).")
+              help="Tool calls each of the 3 agents makes, so 3 x N in all; at least max_repeats + 1, for the "
+                   "stuck agent to reach the limit (default: 8, or max_repeats + 4 when that is more).")
+@click.option("--keep", is_flag=True, help="Leave the demo's sessions in the store (see them with `distbrake list`).")
 @click.option("--pace", metavar="SECONDS", default=None, type=click.FloatRange(0, 5),
               help="How long each allowed tool call runs (default: 0.05 on a terminal, else 0).")
-def demo_command(
-    app: App, *, workers: int, calls: int | None, keep: bool, pace: float | None, as_json: bool
-) -> None:
+def demo_command(app: App, *, workers: int, calls: int | None, keep: bool, pace: float | None, as_json: bool) -> None:
     """A small fleet where one agent gets stuck repeating a call, and the brake stops it.
 
-    Three agents make N calls each, dealt round-robin over the workers;
-    agent "bravo" gets stuck after its first call. Each worker has its own brake; the streak is shared
-    through the store, so the denial lands on a worker that saw fewer than
-    max_repeats of the identical calls itself.
+    Three agents make N calls each, dealt round-robin over workers with a brake each; "bravo" gets stuck. The
+    streak is shared through the store: a worker that saw fewer than max_repeats of the calls denies one.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from ..redis.sync import DistributedBrake
 
-    from .demo_fleet import run_demo  # multiprocessing: only when the demo runs
+    settings = app.settings().model_copy(update={"on_backend_error": "closed"})  # the URL stays parsed
+    limit = settings.limit_for(STUCK_CALL[0]) or settings.max_repeats
+    calls = max(8, limit + 4) if calls is None else calls
+    if calls < limit + 1:
+        raise output.CliError(f"--calls {calls} is too few: with max_repeats {limit} the stuck agent needs at least "
+                              f"{limit + 1} calls to reach the limit", output.EXIT_USAGE, "usage")
+    console, terminal = output.make_console(), sys.stdout.isatty()
+    processes, run_id = settings.parsed_url.kind != "memory", uuid.uuid4().hex[:6]
 
-    settings = app.settings()
-    terminal = sys.stdout.isatty()
-    console = make_console()
-    limit = settings.limit_for(STUCK_TOOL) or settings.max_repeats
-    if calls is None:
-        calls = default_calls(limit)
-    elif calls < min_calls(limit):
-        raise CliError(f"--calls {calls} is too few: with max_repeats {limit} the stuck agent "
-                       f"needs at least {min_calls(limit)} calls to reach the limit",
-                       EXIT_USAGE, "usage")
-    sizes = {a: len(items) for a, items in plan_calls(workers, calls, limit, "x").items()}
-    progress = Progress(
-        TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[denied]}"),
-        console=console, disable=as_json or not terminal,
-    )
-    tasks = {agent: progress.add_task(f"agent {agent}" + (" (stuck)" if agent == STUCK_AGENT else ""),
-                                      total=sizes[agent], denied="") for agent in AGENTS}
-    denied: dict[str, int] = dict.fromkeys(AGENTS, 0)
-    started = False
+    def say(text: str, style: str = "") -> None:
+        if not as_json:
+            console.print(Text(text, style=style if terminal else ""))
 
-    def on_progress(event: str, outcome: DemoOutcome | None) -> None:
-        nonlocal started
-        if event == "ready" and not started:
-            started = True
-            if not as_json:
-                kind = ("threads (memory:// is private to one process)" if settings.parsed_url.kind == "memory"
-                        else "processes")
-                console.print(Text(f"demo: {workers} worker {kind} on {escape_text(app.backend)}; "
-                                   f"agents {', '.join(AGENTS)} ({STUCK_AGENT} is stuck), "
-                                   f"{calls} calls each; max_repeats {limit}"))
-                progress.start()
-            return
-        if outcome is None:
-            return
-        if not outcome.allowed and outcome.error is None:
-            denied[outcome.agent] += 1
-            if not as_json:
-                progress.console.print(Text(
-                    f"  worker-{outcome.worker} denied agent {outcome.agent}: {outcome.tool} "
-                    f"(call {outcome.hash_prefix}) is call {outcome.count} in a row, "
-                    f"limit {outcome.limit}", style="red" if terminal else ""))
-        progress.update(tasks[outcome.agent], advance=1,
-                        denied=f"denied {denied[outcome.agent]}" if denied[outcome.agent] else "")
-
-    try:
-        report = run_demo(settings, workers=workers, calls=calls, keep=keep,
-                          pace=(0.05 if terminal and not as_json else 0.0) if pace is None else pace,
-                          progress=on_progress)
-    finally:
-        progress.stop()
+    with DistributedBrake.from_url(settings=settings) as brake:
+        brake.ping()  # fail fast when the backend is unusable; it clears the sessions afterwards
+        began = time.perf_counter()
+        say(f"demo: {workers} worker {'processes' if processes else 'threads (memory:// is private to one process)'}"
+            f" on {output.escape_text(app.backend)}; agents {', '.join(AGENTS)} ({STUCK} is stuck), {calls} calls "
+            f"each; max_repeats {limit}")
+        labels, outcomes, errors = _fleet(
+            settings, workers, plan(workers, calls, limit, run_id), processes, say,
+            (0.05 if terminal and not as_json else 0.0) if pace is None else pace)
+        elapsed = time.perf_counter() - began
+        for agent in () if keep else AGENTS:
+            brake.clear(f"demo-{run_id}-{agent}")
+    report = _report(settings.shown_url, processes, limit, workers, labels, outcomes, errors, elapsed)
     if as_json:
-        emit_json(report.to_json())
+        output.emit_json(report)
     else:
-        _print_demo(report, console, terminal, keep)
-    if report.errors:
-        raise CliError("demo workers could not reach the backend: " + "; ".join(report.errors),
-                       EXIT_BACKEND, "unreachable")
+        _print(report, console, terminal, keep)
+    if errors:
+        raise output.CliError(f"demo workers could not reach the backend: {'; '.join(errors)}",
+                              output.EXIT_BACKEND, "unreachable")
 
 
-def _print_demo(report: DemoReport, console: Console, terminal: bool, keep: bool) -> None:
-    table = make_table("worker", "runs as",
-                   "calls", "allowed", "denied", f"{report.stuck_agent}'s repeats", "denied agent",
-                   title="fleet")
+def _fleet(settings: BrakeSettings, workers: int, rounds: list[list[dict[str, Any]]], processes: bool,
+           say: Callable[..., None], pace: float) -> tuple[dict[int, str], list[dict[str, Any]], list[str]]:
+    """Start the workers, then play the rounds; each agent waits for the answer to its call."""
+    context = multiprocessing.get_context()
+    new_queue, start = (context.Queue, context.Process) if processes else (queue.Queue, threading.Thread)
+    results: Any = new_queue()
+    tasks: list[Any] = [new_queue() for _ in range(workers)]
+    outcomes: list[dict[str, Any]] = []
+    errors: list[str] = []
+    handles: list[Any] = [start(target=_worker, name=f"w{w}", daemon=True,
+                                args=(w, settings, pace, tasks[w], results, processes)) for w in range(workers)]
+    try:
+        for handle in handles:
+            handle.start()
+        started = [results.get(timeout=WAIT) for _ in range(workers)]
+        labels = {worker: label for kind, worker, label in started if kind == "ready"}
+        if failed := [payload for kind, _, payload in started if kind == "error"]:
+            raise ConnectionError("; ".join(failed))
+        for this in rounds:
+            for call in this:
+                tasks[call["worker"]].put(call)
+            done = sorted((results.get(timeout=WAIT)[2] for _ in this), key=lambda o: AGENTS.index(o["agent"]))
+            for out in done:
+                if out["error"] is not None:
+                    errors.append(f"worker-{out['worker']}: backend failed ({out['error']})")
+                elif not out["allowed"]:
+                    say(f"  worker-{out['worker']} denied agent {out['agent']}: {out['tool']} (call "
+                        f"{out['hash_prefix']}) is call {out['count']} in a row, limit {out['limit']}", "red")
+            outcomes += done
+    except queue.Empty:
+        raise RuntimeError(f"the demo workers stopped answering ({WAIT:g} s)") from None
+    finally:
+        for handle, inbox in zip(handles, tasks, strict=True):
+            with contextlib.suppress(Exception):
+                inbox.put(None)
+            handle.join(timeout=5)
+            if processes and handle.is_alive():
+                handle.terminate()
+    return labels, outcomes, errors
+
+
+def _report(backend: str, processes: bool, limit: int, workers: int, labels: dict[int, str],
+            outcomes: list[dict[str, Any]], errors: list[str], elapsed: float) -> dict[str, Any]:
+    denials = [o for o in outcomes if not o["allowed"] and o["error"] is None]
+    return {
+        "backend": backend, "mode": "processes" if processes else "threads", "max_repeats": limit,
+        "agents": list(AGENTS), "stuck_agent": STUCK, "calls": len(outcomes),
+        "calls_per_agent": {a: sum(1 for o in outcomes if o["agent"] == a) for a in AGENTS},
+        "denied": len(denials),
+        "denials": [{k: o[k] for k in ("agent", "seq", "worker", "tool", "count", "limit", "hash_prefix")}
+                    for o in denials],
+        "workers": [{"worker": w, "label": labels.get(w, "?"), "calls": sum(1 for o in outcomes if o["worker"] == w),
+                     "allowed": sum(1 for o in outcomes if o["worker"] == w and o["allowed"]),
+                     "denied": sum(1 for o in denials if o["worker"] == w),
+                     "stuck_calls": sum(1 for o in outcomes if o["worker"] == w and o["stuck"]),
+                     "denied_agents": sorted({o["agent"] for o in denials if o["worker"] == w})}
+                    for w in range(workers)],
+        "shared_streak": _proof(outcomes, limit), "elapsed_seconds": round(elapsed, 3), "errors": errors,
+    }
+
+
+def _print(report: dict[str, Any], console: Any, terminal: bool, keep: bool) -> None:
+    table = output.make_table("worker", "runs as", "calls", "allowed", "denied", f"{STUCK}'s repeats", "denied agent",
+                       title="fleet")
     for column in (2, 3, 4, 5):
         table.columns[column].justify = "right"
-    for worker in report.workers:
-        table.add_row(
-            f"worker-{worker.worker}", worker.label, str(worker.calls), str(worker.allowed),
-            Text(str(worker.denied), style="red" if terminal and worker.denied else ""),
-            str(worker.stuck_calls), ", ".join(worker.denied_agents) or "-",
-        )
-    print_renderable(console, table)
-    denied_on = sorted({f"worker-{o.worker}" for o in report.outcomes
-                        if not o.allowed and o.error is None})
-    console.print(Text(
-        f"calls made: {report.calls}, denied: {report.denied} (on {', '.join(denied_on) or 'none'}), "
-        f"in {report.elapsed_seconds:.2f} s"))
-    if report.proof is not None:
-        console.print(Text(report.proof.sentence(),
-                           style=("bold green" if report.proof.holds else "yellow") if terminal else ""))
+    for w in report["workers"]:
+        table.add_row(f"worker-{w['worker']}", w["label"], str(w["calls"]), str(w["allowed"]),
+                      Text(str(w["denied"]), style="red" if terminal and w["denied"] else ""),
+                      str(w["stuck_calls"]), ", ".join(w["denied_agents"]) or "-")
+    output.print_renderable(console, table)
+    denied_on = sorted({f"worker-{d['worker']}" for d in report["denials"]})
+    console.print(Text(f"calls made: {report['calls']}, denied: {report['denied']} (on "
+                       f"{', '.join(denied_on) or 'none'}), in {report['elapsed_seconds']:.2f} s"))
+    proof = report["shared_streak"]
+    if proof is not None:
+        console.print(Text(proof["sentence"], style=("bold green" if proof["holds"] else "yellow") if terminal else ""))
     if keep:
         console.print(Text("the demo's sessions were kept: distbrake list --match 'demo-*'"))

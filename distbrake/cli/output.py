@@ -34,7 +34,6 @@ EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_DENIED = 3
 EXIT_BACKEND = 4
-EXIT_TARGET = 5
 EXIT_INTERNAL = 70
 EXIT_CODES = {
     EXIT_OK: "ok (check: allowed)",
@@ -42,7 +41,6 @@ EXIT_CODES = {
     EXIT_USAGE: "usage error",
     EXIT_DENIED: "denied (check)",
     EXIT_BACKEND: "backend unreachable or misconfigured",
-    EXIT_TARGET: "bench: a figure missed its target or could not be measured",
     EXIT_INTERNAL: "internal error (a bug)",
 }
 

@@ -20,7 +20,7 @@ import ssl
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..urls import ParsedURL
+from distbrake.urls import ParsedURL
 
 __all__ = ["RawConnection", "pinned", "resp", "server_seconds_per_call"]
 

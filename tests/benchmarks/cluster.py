@@ -19,53 +19,38 @@ import time
 import uuid
 from collections.abc import Callable
 
-from ..redis.aio import AsyncDistributedBrake
-from ..redis.sync import DistributedBrake
-from ..settings import BrakeSettings
-from .bench_async import brake_rate, measure
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
-from .bench_server import CONCURRENCY, DEFAULT_SESSIONS, bench_brake, memory_per_session
+from distbrake import AsyncDistributedBrake, BrakeSettings, DistributedBrake
 
-__all__ = ["THREADS", "cluster_async", "cluster_memory", "cluster_sync"]
+from .aio import brake_rate, measure
+from .local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+from .server import CONCURRENCY, DEFAULT_SESSIONS, bench_brake, memory_per_session
+
+__all__ = ["MODES", "THREADS", "cluster_memory", "cluster_rate"]
 
 THREADS = 8
 NO_CLUSTER = "skipped: needs --cluster-url redis+cluster://... (and a single node at --url)"
-
-
-def _skipped(key: str, name: str, unit: str, target: str) -> Figure:
-    return Figure(key, name, unit, None, None, None, target, None, NO_CLUSTER)
 
 
 def _usable(single: BrakeSettings, cluster: BrakeSettings | None) -> bool:
     return cluster is not None and cluster.parsed_url.kind == "cluster" and single.parsed_url.kind != "memory"
 
 
-async def _async_rates(single: BrakeSettings, cluster: BrakeSettings, per_task: int, rounds: int,
-                       timeout_seconds: float, step: Step) -> list[float]:
-    prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brakes = [bench_brake(AsyncDistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
-    try:
-        rates = await measure([brake_rate(b, CONCURRENCY, per_task) for b in brakes], rounds,
-                              "cluster_async", step)
-        for brake in brakes:
-            await brake.clear_all()
-    finally:
-        for brake in brakes:
-            await brake.aclose()
-    return rates
+def _async_rates(single: BrakeSettings, cluster: BrakeSettings, per_task: int, rounds: int,
+                 timeout_seconds: float, step: Step) -> list[float]:
+    async def rates() -> list[float]:
+        prefix = f"bnch{uuid.uuid4().hex[:5]}"
+        brakes = [bench_brake(AsyncDistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
+        try:
+            rates = await measure([brake_rate(b, CONCURRENCY, per_task) for b in brakes], rounds,
+                                  "cluster_async", step)
+            for brake in brakes:
+                await brake.clear_all()
+        finally:
+            for brake in brakes:
+                await brake.aclose()
+        return rates
 
-
-def cluster_async(
-    single: BrakeSettings, cluster: BrakeSettings | None, *, per_task: int = 200, rounds: int = 5,
-    timeout_seconds: float = 5.0, step: Step = no_step,
-) -> Figure:
-    """The asyncio brake at 64 tasks: checks/s on the Cluster vs on the single node."""
-    key, name, target = "cluster_async", f"Cluster async {CONCURRENCY} tasks vs single node", ">= 0.8x"
-    if cluster is None or not _usable(single, cluster):
-        return _skipped(key, name, "checks/s", target)
-    ours, floor = asyncio.run(_async_rates(single, cluster, per_task, rounds, timeout_seconds, step))
-    return ratio_figure(key, name, "checks/s", ours, floor, at_least=0.8,
-                        samples=rounds * CONCURRENCY * per_task)
+    return asyncio.run(rates())
 
 
 def _threads_rate(brake: DistributedBrake, sessions: list[str], per_thread: int) -> Callable[[], float]:
@@ -85,14 +70,8 @@ def _threads_rate(brake: DistributedBrake, sessions: list[str], per_thread: int)
     return run
 
 
-def cluster_sync(
-    single: BrakeSettings, cluster: BrakeSettings | None, *, per_thread: int = 300, rounds: int = 5,
-    timeout_seconds: float = 5.0, step: Step = no_step,
-) -> Figure:
-    """The sync brake at 8 threads: checks/s on the Cluster vs on the single node, interleaved."""
-    key, name, target = "cluster_sync", f"Cluster sync {THREADS} threads vs single node", ">= 0.8x"
-    if cluster is None or not _usable(single, cluster):
-        return _skipped(key, name, "checks/s", target)
+def _sync_rates(single: BrakeSettings, cluster: BrakeSettings, per_thread: int, rounds: int,
+                timeout_seconds: float, step: Step) -> list[float]:
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
     brakes = [bench_brake(DistributedBrake, b, prefix, timeout_seconds) for b in (cluster, single)]
     sessions = [f"bench-{uuid.uuid4()}" for _ in range(THREADS)]
@@ -104,14 +83,35 @@ def cluster_sync(
         for index in range(rounds):
             for run, out in zip(runs, rates, strict=True):
                 out.append(run())
-            step(key, index + 1, rounds)
+            step("cluster_sync", index + 1, rounds)
         for brake in brakes:
             brake.clear_all()
     finally:
         for brake in brakes:
             brake.close()
-    ours, floor = (statistics.median(out) for out in rates)
-    return ratio_figure(key, name, "checks/s", ours, floor, at_least=0.8, samples=rounds * THREADS * per_thread)
+    return [statistics.median(out) for out in rates]
+
+
+Rates = Callable[[BrakeSettings, BrakeSettings, int, int, float, Step], list[float]]
+# figure key: (its name, workers, checks per worker by default, how both rates are measured, interleaved)
+MODES: dict[str, tuple[str, int, int, Rates]] = {
+    "cluster_async": (f"Cluster async {CONCURRENCY} tasks vs single node", CONCURRENCY, 200, _async_rates),
+    "cluster_sync": (f"Cluster sync {THREADS} threads vs single node", THREADS, 300, _sync_rates),
+}
+
+
+def cluster_rate(
+    key: str, single: BrakeSettings, cluster: BrakeSettings | None, *, per_worker: int | None = None,
+    rounds: int = 5, timeout_seconds: float = 5.0, step: Step = no_step,
+) -> Figure:
+    """Checks/s on the Cluster vs on the single node: the asyncio brake at 64 tasks (`cluster_async`) or the
+    sync brake at 8 threads, one session each (`cluster_sync`)."""
+    name, workers, default, rates = MODES[key]
+    per_worker = per_worker or default
+    if cluster is None or not _usable(single, cluster):
+        return Figure(key, name, "checks/s", None, None, None, ">= 0.8x", None, NO_CLUSTER)
+    ours, floor = rates(single, cluster, per_worker, rounds, timeout_seconds, step)
+    return ratio_figure(key, name, "checks/s", ours, floor, at_least=0.8, samples=rounds * workers * per_worker)
 
 
 def cluster_memory(

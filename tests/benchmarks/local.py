@@ -30,8 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..identity import call_hash
-from ..inprocess import LoopBrake
+from distbrake import LoopBrake, call_hash
 
 #: `step(stage, done, total)`: progress of one stage, in that stage's own units.
 Step = Callable[[str, int, int], None]

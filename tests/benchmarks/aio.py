@@ -22,11 +22,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..redis.aio import AsyncDistributedBrake
-from ..redis.connect import async_client
-from ..settings import BrakeSettings
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
-from .bench_server import CONCURRENCY, FLOOR_SCRIPT, bench_brake, memory_note
+from distbrake import AsyncDistributedBrake, BrakeSettings
+from distbrake.redis import connect
+
+from .local import SMALL_ARGS, Figure, Step, no_step, ratio_figure
+from .server import CONCURRENCY, FLOOR_SCRIPT, bench_brake, memory_note
 
 __all__ = ["LOAD_TASKS", "async_load", "async_one_task", "async_pipelined", "brake_rate", "measure"]
 
@@ -75,7 +75,7 @@ async def _against_floor(
     floor: Callable[[Any, str], Workload], rounds: int, timeout_seconds: float, step: Step,
 ) -> tuple[float, float]:
     brake = bench_brake(AsyncDistributedBrake, backend, f"bnch{uuid.uuid4().hex[:5]}", timeout_seconds)
-    client = async_client(backend.parsed_url, timeout_seconds)
+    client = connect.async_client(backend.parsed_url, timeout_seconds)
     try:
         sha = await client.script_load(FLOOR_SCRIPT)
         rate, floor_rate = await measure([ours(brake), floor(client, sha)], rounds, key, step)
@@ -86,29 +86,43 @@ async def _against_floor(
     return rate, floor_rate
 
 
+def _rate(send: Callable[..., Awaitable[object]], args: tuple[Any, ...], times: int, checks: int) -> Workload:
+    """`times` awaited `send(*args)` in a row, timed: `checks` per the time they took."""
+    async def run() -> float:
+        start = time.perf_counter()
+        for _ in range(times):
+            await send(*args)
+        return checks / (time.perf_counter() - start)
+
+    return run
+
+
+def _versus_floor(
+    backend: BrakeSettings, key: str, name: str, tasks: int, per_task: int,
+    floor: Callable[[Any, str], Workload], rounds: int, timeout_seconds: float, step: Step,
+) -> Figure:
+    """The brake's checks/s at `tasks` tasks of `per_task` checks vs `floor` (a workload on the client)."""
+    ours, floor_rate = asyncio.run(_against_floor(
+        backend, key, lambda brake: brake_rate(brake, tasks, per_task), floor, rounds, timeout_seconds, step))
+    return ratio_figure(key, name, "checks/s", ours, floor_rate, at_least=1.0, note=memory_note(backend),
+                        samples=rounds * tasks * per_task)
+
+
 def async_pipelined(
     backend: BrakeSettings, *, per_task: int = 200, rounds: int = 5, timeout_seconds: float = 5.0,
     step: Step = no_step,
 ) -> Figure:
     """The brake at 64 tasks vs pipelined batches of 64 `EVALSHA return 1`, one batch in flight."""
-    def floor(client: Any, sha: str) -> Workload:
-        async def run() -> float:
-            start = time.perf_counter()
-            for _ in range(per_task):
-                pipe = client.pipeline(transaction=False)
-                for _ in range(CONCURRENCY):
-                    pipe.evalsha(sha, 0)
-                await pipe.execute()
-            return CONCURRENCY * per_task / (time.perf_counter() - start)
-        return run
+    async def batch(client: Any, sha: str) -> None:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(CONCURRENCY):
+            pipe.evalsha(sha, 0)
+        await pipe.execute()
 
-    ours, floor_rate = asyncio.run(_against_floor(
-        backend, "async_pipelined", lambda brake: brake_rate(brake, CONCURRENCY, per_task), floor,
-        rounds, timeout_seconds, step))
-    return ratio_figure(
-        "async_pipelined", f"async {CONCURRENCY} tasks vs pipelined EVALSHA return 1", "checks/s",
-        ours, floor_rate, at_least=1.0, note=memory_note(backend), samples=rounds * CONCURRENCY * per_task,
-    )
+    return _versus_floor(
+        backend, "async_pipelined", f"async {CONCURRENCY} tasks vs pipelined EVALSHA return 1", CONCURRENCY,
+        per_task, lambda client, sha: _rate(batch, (client, sha), per_task, CONCURRENCY * per_task),
+        rounds, timeout_seconds, step)
 
 
 def async_one_task(
@@ -116,21 +130,9 @@ def async_one_task(
     step: Step = no_step,
 ) -> Figure:
     """One task's checks vs one task's unpipelined `EVALSHA return 1`, both through redis.asyncio."""
-    def floor(client: Any, sha: str) -> Workload:
-        async def run() -> float:
-            start = time.perf_counter()
-            for _ in range(calls):
-                await client.evalsha(sha, 0)
-            return calls / (time.perf_counter() - start)
-        return run
-
-    ours, floor_rate = asyncio.run(_against_floor(
-        backend, "async_one_task", lambda brake: brake_rate(brake, 1, calls), floor,
-        rounds, timeout_seconds, step))
-    return ratio_figure(
-        "async_one_task", "async 1 task vs unpipelined EVALSHA return 1", "checks/s",
-        ours, floor_rate, at_least=1.0, note=memory_note(backend), samples=rounds * calls,
-    )
+    return _versus_floor(
+        backend, "async_one_task", "async 1 task vs unpipelined EVALSHA return 1", 1, calls,
+        lambda client, sha: _rate(client.evalsha, (sha, 0), calls, calls), rounds, timeout_seconds, step)
 
 
 async def _load(backend: BrakeSettings, per_task: int, load_per_task: int, rounds: int,

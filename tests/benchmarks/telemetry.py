@@ -20,11 +20,10 @@ import uuid
 from importlib.util import find_spec
 from typing import Any
 
-from ..redis.aio import AsyncDistributedBrake
-from ..redis.sync import DistributedBrake
-from ..settings import BrakeSettings
-from .bench_local import SMALL_ARGS, Figure, Step, flat, no_step, paired_rounds, ratio_figure
-from .bench_server import CONCURRENCY
+from distbrake import AsyncDistributedBrake, BrakeSettings, DistributedBrake
+
+from .local import SMALL_ARGS, Figure, Step, flat, no_step, paired_rounds, ratio_figure
+from .server import CONCURRENCY
 
 SYNC_NAME = "sync check, OTel on vs off (median)"
 ASYNC_NAME = f"async check, {CONCURRENCY} tasks, OTel on vs off"

@@ -25,12 +25,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..redis.aio import AsyncDistributedBrake
-from ..redis.connect import async_client, sync_client
-from ..redis.sync import DistributedBrake
-from ..rules import ToolRules
-from ..settings import BrakeOptions, BrakeSettings, load_settings
-from .bench_local import SMALL_ARGS, Figure, Step, flat, no_step, paired_rounds, ratio_figure
+from distbrake import AsyncDistributedBrake, BrakeOptions, BrakeSettings, DistributedBrake, ToolRules
+from distbrake.redis import connect
+from distbrake.settings import load_settings
+
+from .local import SMALL_ARGS, Figure, Step, flat, no_step, paired_rounds, ratio_figure
 
 FLOOR_SCRIPT = "return 1"
 CONCURRENCY = 64
@@ -74,7 +73,7 @@ def sync_check_latency(
     """
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
     brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
-    floor_client = sync_client(backend.parsed_url, timeout_seconds)
+    floor_client = connect.sync_client(backend.parsed_url, timeout_seconds)
     try:
         sha = floor_client.script_load(FLOOR_SCRIPT)
         floor_key = f"{prefix}:floor"
@@ -165,7 +164,7 @@ async def _async_throughput(
 ) -> tuple[float, float]:
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
     brake = bench_brake(AsyncDistributedBrake, backend, prefix, timeout_seconds)
-    floor_client = async_client(backend.parsed_url, timeout_seconds)
+    floor_client = connect.async_client(backend.parsed_url, timeout_seconds)
     sessions = [f"bench-{uuid.uuid4()}" for _ in range(concurrency)]
     floor_key = f"{prefix}:floor"
     try:
@@ -298,7 +297,7 @@ def memory_per_session(
             "skipped: memory:// has no used_memory; run with --url redis://... (a server you may fill)",
         )
     prefix = f"bench{uuid.uuid4().hex[:4]}"  # 9 characters, like "distbrake"
-    info_client = sync_client(backend.parsed_url, timeout_seconds)
+    info_client = connect.sync_client(backend.parsed_url, timeout_seconds)
     try:
         before, after, cleared = asyncio.run(
             _fill(backend, prefix, sessions=sessions, timeout_seconds=timeout_seconds, step=step, key=key,

@@ -21,20 +21,21 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec
 
-from ..core import PreparedCall
-from ..model import Rules
-from ..redis.connect import sync_client
-from ..redis.sync import DistributedBrake
-from ..redis.wire import encode_call, script_source
-from ..settings import BrakeSettings
-from .bench_floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
-from .bench_local import SMALL_ARGS, Figure, Step, no_step, paired_rounds, ratio_figure
-from .bench_server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
+from distbrake import BrakeSettings, DistributedBrake
+from distbrake.core import PreparedCall
+from distbrake.model import Rules
+from distbrake.redis import connect, wire
+
+from .floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
+from .local import SMALL_ARGS, Figure, Step, no_step, paired_rounds, ratio_figure
+from .server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
 
 __all__ = ["server_cost", "sync_check_raw"]
 
@@ -43,19 +44,35 @@ DEPTH = 16
 RAW_KINDS = ("redis", "unix")
 
 
-def _skipped(key: str, name: str, unit: str, target: str, why: str) -> Figure:
-    return Figure(key, name, unit, None, None, None, target, None, f"skipped: {why}")
+SYNC_RAW = ("sync_check_raw", "sync check vs raw-socket EVALSHA return 1")
+SERVER_COST = ("server_cost", "server cost, realistic path: script vs return 1")
+P = ParamSpec("P")
+Measure = Callable[Concatenate[BrakeSettings, P], Figure]
 
 
+def single_node(key: str, name: str, unit: str, target: str) -> Callable[[Measure[P]], Measure[P]]:
+    """A figure measured on a redis:// or unix:// single node: on any other backend it is skipped."""
+    def decorate(figure: Measure[P]) -> Measure[P]:
+        @functools.wraps(figure)
+        def measured(backend: BrakeSettings, /, *args: P.args, **kwargs: P.kwargs) -> Figure:
+            if backend.parsed_url.kind not in RAW_KINDS:
+                return Figure(key, name, unit, None, None, None, target, None,
+                              "skipped: needs a redis:// or unix:// single node")
+            return figure(backend, *args, **kwargs)
+
+        return measured
+
+    return decorate
+
+
+@single_node(*SYNC_RAW, "µs", "<= 1.6x")
 def sync_check_raw(
     backend: BrakeSettings, *, rounds: int = 10, block: int = 500, warmup: int = 300,
     timeout_seconds: float = 2.0, pin_cpu: bool = False, step: Step = no_step,
 ) -> Figure:
     """Median sync check vs the raw-socket `EVALSHA return 1` round trip, interleaved, per round."""
-    key, name, target = "sync_check_raw", "sync check vs raw-socket EVALSHA return 1", "<= 1.6x"
+    key, name = SYNC_RAW
     parsed = backend.parsed_url
-    if parsed.kind not in RAW_KINDS:
-        return _skipped(key, name, "µs", target, "needs a redis:// or unix:// single node")
     prefix = f"bnch{uuid.uuid4().hex[:5]}"
     brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
     info = brake.client.info("server")
@@ -125,20 +142,19 @@ def _checks(
     for i in range(start, start + count):
         index = i % len(sessions)
         call = PreparedCall(MEMORY_TOOL, digests[index], sessions[index], None, Rules(1_000_000))
-        key, argv, packed = encode_call(call, prefix, ttl_ms, window_ms)
+        key, argv, packed = wire.encode_call(call, prefix, ttl_ms, window_ms)
         out.append(packed if sha is None else resp("EVALSHA", sha, 1, key, *argv))
     return out
 
 
+@single_node(*SERVER_COST, "req/s", ">= 0.3x")
 def server_cost(
     backend: BrakeSettings, *, requests: int = 200_000, rounds: int = 5, timeout_seconds: float = 5.0,
     step: Step = no_step,
 ) -> Figure:
     """The brake's checks (realistic path) per second of server CPU vs `EVALSHA return 1`, interleaved."""
-    key, name, target = "server_cost", "server cost, realistic path: script vs return 1", ">= 0.3x"
+    key, name = SERVER_COST
     parsed = backend.parsed_url
-    if parsed.kind not in RAW_KINDS:
-        return _skipped(key, name, "req/s", target, "needs a redis:// or unix:// single node")
     prefix = f"bench{uuid.uuid4().hex[:4]}"
     bare_prefix = f"{prefix}b"  # the bare script's records: keys of their own
     connections = [RawConnection(parsed, timeout_seconds) for _ in range(CONNECTIONS)]
@@ -147,7 +163,7 @@ def server_cost(
     try:
         floor_sha = info.call(resp("SCRIPT", "LOAD", FLOOR_SCRIPT)).decode("ascii")
         bare_sha = info.call(resp("SCRIPT", "LOAD", COMMANDS_ONLY)).decode("ascii")
-        info.call(resp("SCRIPT", "LOAD", script_source()))
+        info.call(resp("SCRIPT", "LOAD", wire.script_source()))
         sessions = [str(uuid.uuid4()) for _ in range(SERVER_COST_SESSIONS)]
         digests = [uuid.uuid4().hex * 2 for _ in sessions]
         floor_calls = [resp("EVALSHA", floor_sha, 0)] * per_round
@@ -185,7 +201,7 @@ def server_cost(
 
 
 def _delete(parsed: Any, prefix: str, timeout_seconds: float) -> None:
-    client = sync_client(parsed, timeout_seconds)
+    client = connect.sync_client(parsed, timeout_seconds)
     try:
         keys = client.scan_iter(match=f"{prefix}:*", count=1000)
         while batch := list(itertools.islice(keys, 1000)):
