@@ -8,7 +8,7 @@ back what they printed:
 
     python -m tests.transcripts            # print every transcript as it comes out now
     python -m tests.transcripts --write    # rewrite README.md's console blocks in place
-    python -m tests.transcripts --write --all   # ... the benchmark run too (a minute)
+    python -m tests.transcripts --write --all   # ... and the blocks marked test="skip" (none today)
 
 `tests/test_readme.py` runs the same commands against the suite's server and
 checks that each exits as shown.
@@ -217,7 +217,7 @@ def _four_digit_port() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite README.md's console blocks")
-    parser.add_argument("--all", action="store_true", help="also the blocks marked test=\"skip\" (the benchmark)")
+    parser.add_argument("--all", action="store_true", help="also the blocks marked test=\"skip\" (recorded measurements)")
     options = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
