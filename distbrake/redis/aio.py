@@ -53,8 +53,7 @@ class AsyncDistributedBrake(DistributedBase):
 
     def _new_batcher(self) -> Batcher:
         """The batcher of the brake's current client (a new one for each event loop, see `_bind`)."""
-        return Batcher(self.client, self.settings.timeout_seconds, self.recorder.script_load,
-                       own=self.client in _BUILT)
+        return Batcher(self.client, self.settings.timeout_seconds, self.script, own=self.client in _BUILT)
 
     @staticmethod
     def connect(url: ParsedURL, timeout: float) -> Any:

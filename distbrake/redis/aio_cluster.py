@@ -10,41 +10,39 @@ slot map is read again (see `topology.py`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import redis.exceptions
 from redis.crc import key_slot
 
 from .batch import read_replies, write_all
 from .topology import (
+    CAREFUL,
     INTERNAL_ERRORS,
+    RETRY,
+    UNROUTED,
+    after_fast_path,
     arefresh_topology,
     is_topology_error,
     retry_after,
     topology_error,
 )
-from .wire import script_source
 
 if TYPE_CHECKING:
     from .batcher import Queued
+    from .script import Script
 
 __all__ = ["CLUSTER_CONCURRENCY", "ClusterPath"]
 
 CLUSTER_CONCURRENCY = 32
 
-# Replies (besides redirects) that send a run of the fast cluster path again through `per_key`.
-_CAREFUL = (redis.exceptions.ClusterDownError, redis.exceptions.NoScriptError)
-# A key the slot map cannot place right now (a slot not covered, a map being rebuilt): `per_key` too.
-_UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
 
 
 class ClusterPath:
     """How the batcher sends a batch to a Redis Cluster (`client`: a redis.asyncio cluster client)."""
 
-    def __init__(self, client: Any, script_loaded: Callable[[], None]) -> None:
+    def __init__(self, client: Any, script: Script) -> None:
         self._client = client
-        self._script_loaded = script_loaded  # told of each load after a NOSCRIPT (telemetry)
+        self._script = script  # the brake's (its telemetry is told of each load after a NOSCRIPT)
         self._refreshing = asyncio.Lock()  # held while the slot map is read again
 
     async def send(self, batch: list[Queued], sha: str) -> list[Any]:
@@ -74,20 +72,21 @@ class ClusterPath:
         for index, run in enumerate(batch):
             try:
                 node = manager.get_node_from_slot(key_slot(run.key.encode("utf-8")))
-            except _UNROUTED:
+            except UNROUTED:
                 again.append(index)
                 continue
             groups.setdefault(node.name, (node, []))[1].append(index)
         replies: list[Any] = [None] * len(batch)
         results = await on_nodes([(node, [batch[i] for i in indexes]) for node, indexes in groups.values()])
         for (_, indexes), result in zip(groups.values(), results, strict=True):
-            if isinstance(result, BaseException):
-                (retry if retry_after(result) else again).extend(indexes)
+            if isinstance(result, BaseException):  # the master's pipeline failed: nothing is known of its runs
+                (retry if after_fast_path(result) == RETRY else again).extend(indexes)
                 continue
             for index, reply in zip(indexes, result, strict=True):
-                if retry_after(reply):
+                step = after_fast_path(reply)  # the redirect rule the sync brake follows too
+                if step == RETRY:
                     retry.append(index)
-                elif isinstance(reply, _CAREFUL):
+                elif step == CAREFUL:
                     again.append(index)
                 else:
                     replies[index] = reply
@@ -111,7 +110,7 @@ class ClusterPath:
         `ClusterTopologyError`, and the failure policy decides (see `topology.py`).
         `sent`: the runs were sent once already and failed so: only the retry is left.
         """
-        client = self._client
+        client, script = self._client, self._script
 
         async def calls(runs: list[Queued]) -> list[Any]:
             replies: list[Any] = []
@@ -122,20 +121,16 @@ class ClusterPath:
                 ))
             return replies
 
+        async def load() -> None:  # on a new master (or a promoted replica) without the script
+            try:
+                await client.script_load(script.text)
+            except INTERNAL_ERRORS as error:
+                if is_topology_error(error):
+                    raise topology_error(error) from error
+                raise
+
         async def attempt(runs: list[Queued]) -> list[Any]:
-            replies = await calls(runs)
-            missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
-            if missing:  # a new master (or a promoted replica) without the script
-                self._script_loaded()
-                try:
-                    await client.script_load(script_source())
-                except INTERNAL_ERRORS as error:
-                    if is_topology_error(error):
-                        raise topology_error(error) from error
-                    raise
-                for index, reply in zip(missing, await calls([runs[i] for i in missing]), strict=True):
-                    replies[index] = reply
-            return replies
+            return await script.aresend(runs, await calls(runs), calls, load)
 
         if sent:  # these were sent once already (the fast path), and failed as worth a retry: that was the first try
             replies: list[Any] = [None] * len(batch)

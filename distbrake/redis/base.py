@@ -22,6 +22,7 @@ from ..telemetry.health import Healthy
 from ..telemetry.options import take_observe_options
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
+from .script import Script, script_for
 from .wire import (
     FIELDS,
     Encoded,
@@ -77,6 +78,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         )
         self.watch, self.health_watch, self.recorder = observers.watch, observers.health, observers.recorder
         self.failures = FailureHandler(self, self.backend, observers.health, observers.recorder)
+        self.script: Script = script_for("redis", self.recorder.script_load)
+        self._head = self.script.evalsha_head  # what every packed check of this brake starts with
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
         # A call id seen again within the timeout is a retry or a second seam; later, a new call.
         self._window_ms = max(1, round(self.settings.timeout_seconds * 1000))
@@ -136,7 +139,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
 
     def encode(self, call: PreparedCall) -> Encoded:
         """KEYS[1], ARGV and the packed EVALSHA of a check of `call` (see `wire.encode_call`)."""
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles)
+        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles,
+                           head=self._head)
 
     def observation(self, verdict: Verdict, result: object) -> Encoded | None:
         """KEYS[1], ARGV and packed EVALSHA of the observation of `verdict`'s result, or None when there is
@@ -154,7 +158,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
             if verdict.decided_by == "fallback":
                 self.failures.local.observe_digest(call, digest)
             return None
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, result=digest)
+        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, result=digest,
+                           head=self._head)
 
     def observation_failed(self, error: BaseException) -> None:
         """An observation Redis did not take: the streak goes on as if the result had not changed."""

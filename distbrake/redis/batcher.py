@@ -24,7 +24,8 @@ import redis.exceptions
 from .aio_cluster import ClusterPath
 from .batch import read_replies, write_all
 from .deadline import LazyDeadline
-from .wire import CALL_HEAD, encode_run, resp_evalsha, run_replies, script_sha, script_source
+from .script import Script, brake_script
+from .wire import CALL_HEAD, encode_run, resp_evalsha, run_replies
 
 __all__ = ["LANES", "MAX_BATCH", "MAX_RUN", "SPLIT", "Batcher", "Lane", "QueueTimeout", "Queued"]
 
@@ -91,11 +92,11 @@ class Batcher:
     """
 
     def __init__(
-        self, client: Any, timeout: float, script_loaded: Callable[[], None] = lambda: None, *, own: bool = False,
+        self, client: Any, timeout: float, script: Script | None = None, *, own: bool = False,
     ) -> None:
         self._client = client
         self._timeout = timeout
-        self._script_loaded = script_loaded  # told of each load after a NOSCRIPT (telemetry)
+        self._script = script = script or brake_script()  # the brake's (its telemetry is told of each load)
         # A plain redis.asyncio client (single node, or a Sentinel-managed master)
         # gets its batches, packed once, written straight to one pooled
         # connection; Cluster and the embedded backend use the client's pipeline.
@@ -104,7 +105,7 @@ class Batcher:
             and type(client.connection_pool) in (redis.asyncio.ConnectionPool, redis.asyncio.BlockingConnectionPool)
         )
         cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
-        self._cluster = ClusterPath(client, script_loaded) if cluster else None
+        self._cluster = ClusterPath(client, script) if cluster else None
         # `own`: a client the brake built (`from_url`) on a plain pool. Its direct path keeps one connection
         # of its own (made from the pool's settings, outside its count): one batch is on the wire at a
         # time, so one connection carries them all, and no batch pays the pool's acquire and release.
@@ -249,23 +250,21 @@ class Batcher:
         return [run if not isinstance(run, list) else _joined(key, run) for key, run in runs.items()]
 
     async def _send(self, batch: list[Queued], lane: Lane) -> list[Any]:
+        script = self._script
         if not self._loaded:  # load once up front rather than learn it from a burst of NOSCRIPTs
-            await self._client.script_load(script_source())
+            await self._client.script_load(script.text)
             self._loaded = True
         replies = await self._pipeline(batch, lane)
-        missing = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)]
-        if missing:  # a flushed or new server: load the script, send those checks again
-            self._script_loaded()
-            await self._client.script_load(script_source())
-            again = await self._pipeline([batch[i] for i in missing], lane)
-            for index, reply in zip(missing, again, strict=True):
-                replies[index] = reply
+        for reply in replies:
+            if isinstance(reply, redis.exceptions.NoScriptError):  # a flushed or new server
+                return await script.aresend(batch, replies, functools.partial(self._pipeline, lane=lane),
+                                            functools.partial(self._client.script_load, script.text))
         return replies
 
     async def _pipeline(self, batch: list[Queued], lane: Lane) -> list[Any]:
         if self._direct:
             return await self._on_connection(batch, lane)
-        sha = script_sha()
+        sha = self._script.sha
         if self._cluster is not None:
             return await self._cluster.send(batch, sha)
         pipe = self._client.pipeline(transaction=False)

@@ -14,12 +14,11 @@ import re
 import uuid
 from collections.abc import Sequence
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import cast
 
 from ..core import Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
+from .script import brake_script, bulk, script_source
 
 __all__ = [
     "FIELDS",
@@ -40,34 +39,27 @@ __all__ = [
     "session_key",
 ]
 
-SCRIPT_FILE = "brake.lua"
 SESSION_BYTES = 128  # longest session id kept for inspection (the key is always a hash)
 TOOL_BYTES = 64  # longest tool name kept for inspection
 KEY_CHARS = 18  # base64url characters of sha256(session id) in the key: 108 bits
 FIELDS = (b"s", b"h", b"j")  # see lua/brake.lua
 
 
-@lru_cache(maxsize=1)
 def script_sha() -> str:
-    """SHA1 of the script: what EVALSHA names it by, the same on every server."""
-    return hashlib.sha1(script_source().encode("utf-8")).hexdigest()  # Redis names scripts by SHA1
+    """SHA1 of the standard script (`lua/brake.lua`): what EVALSHA names it by, the same on every server."""
+    return brake_script().sha
 
 
-def _bulk(value: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(value), value)
+_bulk = bulk
 
 
-@lru_cache(maxsize=1)
-def _evalsha_head() -> bytes:
-    return b"$7\r\nEVALSHA\r\n" + _bulk(script_sha().encode("ascii")) + b"$1\r\n1\r\n"
-
-
-def resp_evalsha(key: str, argv: tuple[bytes | int, ...]) -> bytes:
+def resp_evalsha(key: str, argv: tuple[bytes | int, ...], head: bytes | None = None) -> bytes:
     """One `EVALSHA <sha> 1 key argv...` in Redis's wire format: what the brakes write straight to a
-    connection (a check's and an observation's come packed from `encode_call`; a run's from here)."""
+    connection (a check's and an observation's come packed from `encode_call`; a run's from here).
+    `head`: the script's `evalsha_head` (see script.py; the standard script's by default)."""
     return b"".join((
-        _array(4 + len(argv)), _evalsha_head(), _bulk(key.encode("utf-8")), _bulk(cast(bytes, argv[0])),
-        _packed_rest(argv[1:]),
+        _array(4 + len(argv)), head or brake_script().evalsha_head, _bulk(key.encode("utf-8")),
+        _bulk(cast(bytes, argv[0])), _packed_rest(argv[1:]),
     ))
 
 
@@ -77,19 +69,8 @@ def _packed_rest(rest: tuple[bytes | int, ...]) -> bytes:
 
 
 def resp_script_load() -> bytes:
-    """`SCRIPT LOAD <source>` in wire format (after a NOSCRIPT reply)."""
-    source = script_source().encode("utf-8")
-    return b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n" + _bulk(source)
-
-
-@lru_cache(maxsize=1)
-def script_source() -> str:
-    """The text of `lua/brake.lua`: from the installed wheel, else the source tree."""
-    packaged = resources.files("distbrake").joinpath("lua", SCRIPT_FILE)
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    tree = Path(__file__).resolve().parents[2] / "lua" / SCRIPT_FILE
-    return tree.read_text(encoding="utf-8")
+    """`SCRIPT LOAD <source>` of the standard script in wire format."""
+    return brake_script().load_command
 
 
 def _utf8(text: str) -> bytes:
@@ -146,7 +127,7 @@ Encoded = tuple[str, tuple[bytes | int, ...], bytes]
 
 def encode_call(
     call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None = None,
-    result: bytes | None = None,
+    result: bytes | None = None, head: bytes | None = None,
 ) -> Encoded:
     """KEYS[1], ARGV and the packed EVALSHA (as `resp_evalsha` packs it) of a check (see the header of lua/brake.lua).
 
@@ -156,16 +137,17 @@ def encode_call(
     rules), one look-up per check. `cycles`: (max_cycle_period,
     cycle_repeats) when the cycle rule is on; it adds ARGV[7] and ARGV[8].
     `result`: the tool result's digest of an observation (ARGV[7]; no cycle arguments then).
+    `head`: the brake's script's `evalsha_head` (see script.py; the standard script's by default).
     """
     session, tool = call.session_id, call.tool_name
     fixed = _fixed if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT else _fixed.__wrapped__
     key, rest, ttl, body, tail = fixed(
         session, tool, call.max_repeats, call.warn_at, call.enforce, call.progress, key_prefix, ttl_ms, window_ms,
-        cycles if result is None else None)
+        cycles if result is None else None, head or brake_script().evalsha_head)
     first = bytes.fromhex(call.digest[:32]) + ttl + _call_id_bytes(call.call_id)
     argv: tuple[bytes | int, ...] = (first, *rest) if result is None else (first, *rest, result)
     if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
-        return key, argv, resp_evalsha(key, argv)
+        return key, argv, resp_evalsha(key, argv, head)
     packed = b"".join((_array(4 + len(argv)), body, first, tail))
     return key, argv, packed if result is None else packed + _bulk(result)
 
@@ -173,7 +155,7 @@ def encode_call(
 @lru_cache(maxsize=CACHED_CALLS)
 def _fixed(
     session_id: str, tool_name: str, max_repeats: int, warn_at: int | None, enforce: bool, progress: bool,
-    key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None,
+    key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None, head: bytes,
 ) -> tuple[str, tuple[bytes | int, ...], bytes, bytes, bytes]:
     """What `encode_call` makes once per (session, tool, rules): key, ARGV[2:], the ttl's bytes, and the
     packed EVALSHA's parts around ARGV[1] (after the array's length; from the key to ARGV[1]'s length, and
@@ -186,7 +168,7 @@ def _fixed(
     )
     if cycles is not None:
         rest = (*rest, *cycles)
-    body = _evalsha_head() + _bulk(key.encode("utf-8")) + b"$%d\r\n" % CALL_BYTES
+    body = head + _bulk(key.encode("utf-8")) + b"$%d\r\n" % CALL_BYTES
     return key, rest, ttl_ms.to_bytes(5, "big"), body, b"\r\n" + _packed_rest(rest)
 
 
