@@ -7,6 +7,7 @@ in `sync.py` and `aio.py` only send and receive.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from fnmatch import fnmatchcase
 from typing import Any, Self, Unpack
@@ -14,6 +15,7 @@ from typing import Any, Self, Unpack
 import redis.exceptions
 
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
+from ..errors import InvalidURLError
 from ..policy import NO_TRY, FailureHandler
 from ..rules import result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
@@ -22,6 +24,7 @@ from ..telemetry.health import Healthy
 from ..telemetry.options import take_observe_options
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
+from .connect import script_variant
 from .script import Script, script_for
 from .wire import (
     FIELDS,
@@ -78,7 +81,12 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         )
         self.watch, self.health_watch, self.recorder = observers.watch, observers.health, observers.recorder
         self.failures = FailureHandler(self, self.backend, observers.health, observers.recorder)
-        self.script: Script = script_for("redis", self.recorder.script_load)
+        # The script's variant is the server's (see connect.CONNECTORS): chosen once, when the brake is built.
+        variant = "redis"
+        if self.settings.url is not None:
+            with contextlib.suppress(InvalidURLError):  # a caller's client, named by a URL only shown
+                variant = script_variant(self.settings.parsed_url)
+        self.script: Script = script_for(variant, self.recorder.script_load)
         self._head = self.script.evalsha_head  # what every packed check of this brake starts with
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
         # A call id seen again within the timeout is a retry or a second seam; later, a new call.
