@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import AsyncIterator
 from typing import Any, Unpack
 
@@ -32,11 +31,6 @@ logger = logging.getLogger("distbrake")
 
 SCAN_BATCH = 500
 
-# The clients `AsyncDistributedBrake.connect` built, with what it built them from: a brake owns
-# such a client, and gives each new event loop a fresh one (see `AsyncDistributedBrake._bind`).
-_BUILT: weakref.WeakKeyDictionary[Any, tuple[ParsedURL, float]] = weakref.WeakKeyDictionary()
-
-
 class AsyncDistributedBrake(DistributedBase):
     """The loop brake for asyncio code; `check` is a coroutine."""
 
@@ -53,14 +47,19 @@ class AsyncDistributedBrake(DistributedBase):
 
     def _new_batcher(self) -> Batcher:
         """The batcher of the brake's current client (a new one for each event loop, see `_bind`)."""
-        return Batcher(self.client, self.settings.timeout_seconds, self.script, own=self.client in _BUILT)
+        own = self.built_from is not None
+        return Batcher(self.client, self.settings.timeout_seconds, self.script, own=own)
 
     @staticmethod
     def connect(url: ParsedURL, timeout: float) -> Any:
         """The client `from_url` builds for this brake (a brake owns it: a new loop gets a new one)."""
-        client = async_client(url, timeout)
-        _BUILT[client] = (url, timeout)
-        return client
+        return async_client(url, timeout)
+
+    def own_client(self, url: ParsedURL, timeout: float) -> None:
+        """The brake built its client from `url` (`from_url`): it owns it, and gives each new event loop a
+        fresh one (see `_bind`); its batcher keeps connections of its own."""
+        super().own_client(url, timeout)
+        self._batcher = self._new_batcher()
 
     async def check(
         self,
@@ -162,7 +161,7 @@ class AsyncDistributedBrake(DistributedBase):
                 "then loop.close()), or build one brake per event loop (DistributedBrake serves threads)"
             )
         drop_nodes = False
-        built = _BUILT.get(self.client)
+        built = self.built_from
         if built is not None and self._loop_end is not None:
             # A client of our own was used on an earlier loop: a fresh one for this loop, so
             # nothing of the old loop (connections, locks, a cluster's nodes) comes along.

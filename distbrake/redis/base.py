@@ -68,6 +68,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         observe = take_observe_options(options)  # type: ignore[arg-type]
         super().__init__(load_settings(settings, url=url, **options))
         self.client = client
+        # The URL and timeout the brake built its client from, when it did (see `own_client`).
+        self.built_from: tuple[ParsedURL, float] | None = None
         self.backend = self.settings.shown_url if self.settings.url is not None else repr_client(client)
         if self.settings.url is None and _without_timeout(client):
             logger.warning(
@@ -121,7 +123,14 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         """
         observe = take_observe_options(options)  # type: ignore[arg-type]
         resolved = cls.settings_for_url(url, settings, **options)
-        return cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved, **observe)
+        brake = cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved, **observe)
+        brake.own_client(resolved.parsed_url, resolved.timeout_seconds)
+        return brake
+
+    def own_client(self, url: ParsedURL, timeout: float) -> None:
+        """The brake's client is one it built from `url` with `timeout` (`connect`, as `from_url` does): the
+        brake owns it (and may build it again: the asyncio brake does for each new event loop)."""
+        self.built_from = (url, timeout)
 
     @staticmethod
     def settings_for_url(
