@@ -27,6 +27,7 @@ from collections.abc import Callable
 from .core import BrakeCore, PreparedCall, Verdict
 from .errors import BrakeUnavailableError, LoopBrakeError
 from .inprocess import LoopBrake
+from .redis.classify import classify
 from .telemetry.health import HealthWatch
 from .telemetry.recorder import Recorder
 from .telemetry.watch import mark_decided_by
@@ -176,7 +177,7 @@ class FailureHandler:
         """
         cause = type(error).__name__ if error is not None else "known to be down"
         if error is not None:
-            self.recorder.backend_error(type(error).__name__)
+            self.recorder.backend_error(classify(error).error_type)
         if record_key is not None:
             self._foreign_key(record_key, call)
         if self.policy == "closed":

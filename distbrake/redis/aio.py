@@ -21,8 +21,9 @@ from ..errors import BrakeUnavailableError, EventLoopError, LoopBrakeError
 from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
-from .base import BACKEND_ERRORS, DistributedBase
+from .base import DistributedBase
 from .batcher import Batcher, QueueTimeout
+from .classify import REDIS_FAILURES
 from .connect import async_client
 
 __all__ = ["AsyncDistributedBrake"]
@@ -99,7 +100,7 @@ class AsyncDistributedBrake(DistributedBase):
                     except QueueTimeout as error:  # queued behind the brake's own work: not Redis's failure
                         self.failures.health.abandoned(ticket)
                         verdict = self.failures.decide(call, error)
-                    except BACKEND_ERRORS as error:
+                    except REDIS_FAILURES as error:
                         verdict = self.without_redis(call, error, ticket)
                     except BaseException:  # cancelled by the host: a probe must not stay claimed forever
                         self.failures.health.abandoned(ticket)
@@ -130,7 +131,7 @@ class AsyncDistributedBrake(DistributedBase):
             await self._batcher.call(key, argv, packed, loop.time() + self.settings.timeout_seconds)
         except QueueTimeout as error:
             self.observation_failed(error)
-        except BACKEND_ERRORS as error:
+        except REDIS_FAILURES as error:
             self.observation_failed(error)
 
     def _bind(self, loop: asyncio.AbstractEventLoop, *, forgiving: bool = False) -> bool:

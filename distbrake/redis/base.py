@@ -12,8 +12,6 @@ import logging
 from fnmatch import fnmatchcase
 from typing import Any, Self, Unpack
 
-import redis.exceptions
-
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..errors import InvalidURLError
 from ..policy import NO_TRY, FailureHandler
@@ -24,6 +22,7 @@ from ..telemetry.health import Healthy
 from ..telemetry.options import take_observe_options
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
+from .classify import REDIS_FAILURES, classify
 from .connect import script_variant
 from .script import Script, script_for
 from .wire import (
@@ -39,17 +38,7 @@ from .wire import (
 
 logger = logging.getLogger("distbrake")
 
-__all__ = ["BACKEND_ERRORS", "DistributedBase"]
-
-# What counts as "Redis failed": connection, timeout, cluster, read-only
-# replica, ACL refusal, script errors... every error the driver raises, and
-# the OS and asyncio timeouts under it.
-BACKEND_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.RedisError,
-    redis.exceptions.RedisClusterException,  # not a RedisError: "no node reachable" and kin
-    OSError,
-    TimeoutError,
-)
+__all__ = ["REDIS_FAILURES", "DistributedBase"]
 
 
 class DistributedBase(Healthy, GuardMixin, BrakeCore):
@@ -235,15 +224,10 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         backend's health is untouched.
         """
         if error is not None:
-            if is_record_error(error):
+            if classify(error).meaning == "record":  # this session's key holds a value of another type
                 return self.failures.decide(call, error, record_key=self.key(call.session_id))
             self.failures.failed(error, ticket)
         return self.failures.decide(call, error)
-
-
-def is_record_error(error: BaseException) -> bool:
-    """True when Redis refused one key only: the session's key holds a value of another type."""
-    return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("WRONGTYPE")
 
 
 def _without_timeout(client: Any) -> bool:

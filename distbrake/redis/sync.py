@@ -26,8 +26,9 @@ from ..core import PreparedCall, SessionState, SyncCheck, Verdict
 from ..policy import NO_TRY
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
-from .base import BACKEND_ERRORS, DistributedBase
+from .base import DistributedBase
 from .batch import exchange
+from .classify import REDIS_FAILURES
 from .connect import ATTEMPT_SHARE, LazyClient, sync_client
 from .topology import (
     RETRY,
@@ -87,7 +88,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
                 else self._on_cluster(key, argv, packed) if self._cluster
                 else self._evalsha(key, argv)
             )
-        except BACKEND_ERRORS as error:
+        except REDIS_FAILURES as error:
             return self.without_redis(call, error, ticket)
         except BaseException:  # interrupted: a probe must not stay claimed forever
             self.failures.health.abandoned(ticket)
@@ -110,7 +111,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
                 self._on_cluster(key, argv, packed)
             else:
                 self._evalsha(key, argv)
-        except BACKEND_ERRORS as error:
+        except REDIS_FAILURES as error:
             self.observation_failed(error)
 
     def _on_cluster(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
