@@ -90,7 +90,7 @@ class AsyncDistributedBrake(DistributedBase):
                 if self._loop is not loop:
                     self._bind(loop)
                 key, argv, packed = self.encode(call)  # before a probe may be claimed (see the sync brake)
-                ticket = self.failures.health.attempt()
+                ticket = self.failures.breaker.attempt()
                 if ticket == NO_TRY:
                     verdict = self.without_redis(call, None)
                 else:
@@ -98,12 +98,12 @@ class AsyncDistributedBrake(DistributedBase):
                         reply = await self._batcher.call(
                             key, argv, packed, loop.time() + self.settings.timeout_seconds)
                     except QueueTimeout as error:  # queued behind the brake's own work: not Redis's failure
-                        self.failures.health.abandoned(ticket)
+                        self.failures.breaker.abandoned(ticket)
                         verdict = self.failures.decide(call, error)
                     except REDIS_FAILURES as error:
                         verdict = self.without_redis(call, error, ticket)
                     except BaseException:  # cancelled by the host: a probe must not stay claimed forever
-                        self.failures.health.abandoned(ticket)
+                        self.failures.breaker.abandoned(ticket)
                         raise
                     else:
                         verdict = self.verdict(call, reply, ticket)

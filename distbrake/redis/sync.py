@@ -79,7 +79,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in Redis (one EVALSHA) and judge it; the failure policy if Redis fails."""
         key, argv, packed = self.encode(call)  # before a probe may be claimed: nothing between it and the try
-        ticket = self.failures.health.attempt()
+        ticket = self.failures.breaker.attempt()
         if ticket == NO_TRY:
             return self.without_redis(call, None)
         try:
@@ -91,7 +91,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
         except REDIS_FAILURES as error:
             return self.without_redis(call, error, ticket)
         except BaseException:  # interrupted: a probe must not stay claimed forever
-            self.failures.health.abandoned(ticket)
+            self.failures.breaker.abandoned(ticket)
             raise
         return self.verdict(call, reply, ticket)
 
