@@ -23,6 +23,7 @@ import redis.exceptions
 
 from .aio_cluster import ClusterPath
 from .batch import read_replies, write_all
+from .contract import MODE, MODE_CHECK
 from .deadline import LazyDeadline
 from .script import Script, brake_script
 from .wire import CALL_HEAD, encode_run, resp_evalsha, run_replies
@@ -34,7 +35,7 @@ MAX_RUN = 256  # identical checks of one session sent as one script call, at mos
 LANES = 2  # batches on the wire at once on the direct path with connections of its own, one per connection
 SPLIT = 16  # a queue this long is shared by two lanes: Python prepares one batch while Redis runs the other
 IDLE, STARTING, SENDING = 0, 1, 2  # a lane's state
-CHECK_ARGS = 6  # the ARGV of a check; an observation has one more (see lua/brake.lua)
+_MODE_AT = MODE - 1  # ARGV[MODE] in a Python tuple
 
 class Queued(NamedTuple):
     """A queued check, or a run of identical checks of one session: what goes on the wire as one EVALSHA.
@@ -320,10 +321,10 @@ class Batcher:
 
 
 def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:
-    """Whether `argv` can join the run that starts with `first`: checks (never observations) of the
-    same call, limit, ttl and window."""
+    """Whether `argv` can join the run that starts with `first`: checks (MODE_CHECK: never observations,
+    nor checks with cycles) of the same call, limit, ttl and window."""
     return bool(
-        len(argv) == CHECK_ARGS and first[0][:CALL_HEAD] == argv[0][:CALL_HEAD] and first[1:] == argv[1:]
+        argv[_MODE_AT] == MODE_CHECK and first[0][:CALL_HEAD] == argv[0][:CALL_HEAD] and first[1:] == argv[1:]
     )
 
 
