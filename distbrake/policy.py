@@ -14,7 +14,8 @@ success closes the breaker, a failure doubles the pause (up to 30 times the
 first). One outage moves the pause one step, however many checks were in
 flight when it began: each check carries a ticket naming the breaker's state
 it started in, and a failure (or success) from a state that has since
-changed is old news.
+changed is old news. What an error means (an outage, a configuration error,
+one session's foreign key) is `redis_errors.classify`'s to say.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from .core import BrakeCore, PreparedCall, Verdict
 from .errors import BrakeUnavailableError, LoopBrakeError
 from .inprocess import LoopBrake
-from .redis.classify import classify
+from .redis_errors import classify
 from .telemetry.health import HealthWatch
 from .telemetry.recorder import Recorder
 from .telemetry.watch import mark_decided_by

@@ -10,7 +10,7 @@ import pytest
 import redis.exceptions
 
 from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
-from distbrake.redis.classify import classify
+from distbrake.redis_errors import classify
 from tests.backends import Checker
 from tests.faults import RECOVERY_DEADLINE, until_redis
 from tests.servers import RedisServer

@@ -18,9 +18,9 @@ from rich.text import Text
 
 from ..errors import ConfigurationError, LoopBrakeError
 from ..redis.acl import command_name, grant_hint, needed_commands
-from ..redis.classify import is_refusal, is_unknown_command
 from ..redis.sync import DistributedBrake
 from ..redis.wire import script_source
+from ..redis_errors import is_refusal, is_unknown_command
 from ..settings import BrakeSettings, value_sources
 from .app import App, command
 from .output import (

@@ -24,8 +24,8 @@ from rich.console import Group
 from rich.text import Text
 
 from ..core import SessionState
-from ..redis.classify import REDIS_FAILURES
 from ..redis.sync import DistributedBrake
+from ..redis_errors import REDIS_FAILURES
 from ..telemetry.fleet import RETENTION_MINUTES, read_minutes
 from .app import App, command
 from .output import emit_json, escape_text, make_console, make_table, print_renderable

@@ -24,7 +24,7 @@ from ..errors import (
     UnsupportedArgumentsError,
 )
 from ..redis.acl import needed_rules
-from ..redis.classify import REDIS_FAILURES, classify
+from ..redis_errors import REDIS_FAILURES, classify
 from ..settings import BrakeSettings
 from ..urls import ParsedURL, redact_url
 from .app import App
@@ -229,7 +229,7 @@ def backend_problem(error: BaseException, app: App) -> tuple[str, str, str]:
     if isinstance(error, BrakeUnavailableError) and error.__cause__ is not None:
         error = error.__cause__
     text = " ".join(str(error).split()) or type(error).__name__
-    cause = classify(error).cause  # what the error means: redis/classify.py decides it
+    cause = classify(error).cause  # what the error means: redis_errors.py decides it
     if cause == "auth":
         if settings is not None and not settings.parsed_url.password:
             # Without a password redis-py sends no AUTH; the server's answer ("HELLO must be

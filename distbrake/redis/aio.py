@@ -19,11 +19,11 @@ import redis.exceptions
 from ..core import SessionState, Verdict
 from ..errors import BrakeUnavailableError, EventLoopError, LoopBrakeError
 from ..policy import NO_TRY
+from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import DistributedBase
 from .batcher import Batcher, QueueTimeout
-from .classify import REDIS_FAILURES
 from .connect import async_client
 
 __all__ = ["AsyncDistributedBrake"]

@@ -15,6 +15,7 @@ from typing import Any, Self, Unpack
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..errors import InvalidURLError
 from ..policy import NO_TRY, FailureHandler
+from ..redis_errors import REDIS_FAILURES, classify
 from ..rules import result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
 from ..telemetry.build import build_observers
@@ -22,7 +23,6 @@ from ..telemetry.health import Healthy
 from ..telemetry.options import take_observe_options
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
-from .classify import REDIS_FAILURES, classify
 from .connect import script_variant
 from .script import Script, script_for
 from .wire import (

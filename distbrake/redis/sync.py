@@ -24,11 +24,11 @@ from redis.crc import key_slot
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
 from ..policy import NO_TRY
+from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import DistributedBase
 from .batch import exchange
-from .classify import REDIS_FAILURES
 from .connect import ATTEMPT_SHARE, LazyClient, sync_client
 from .topology import (
     RETRY,

@@ -3,7 +3,7 @@
 `FailureHandler` (policy.py) reports each change once per outage: `degraded`
 with the error that began it, `recovered` when Redis answers again. A wrong
 password or a refused ACL is a configuration error, not an outage, and is
-named so in the log line and in `last_error` (the meaning of an error is `redis/classify.py`'s to say).
+named so in the log line and in `last_error` (the meaning of an error is `redis_errors.py`'s to say).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from ..redis.classify import classify
+from ..redis_errors import classify
 from .callbacks import Callback, run_callback
 
 __all__ = ["BrakeHealth", "HealthWatch", "Healthy", "configuration_problem", "error_name"]

@@ -1,4 +1,4 @@
-"""The one place that decides what a Redis error means to this library.
+"""What a Redis error means to this library: the one place that decides it.
 
 Every error the driver raises while the brake talks to Redis is one of
 `REDIS_FAILURES`; `classify` says what it means:
@@ -13,10 +13,12 @@ Every error the driver raises while the brake talks to Redis is one of
 * `outage`: everything else: unreachable, timed out, a read-only replica, a
   Cluster that is down or redirects a single-node URL.
 
-The breaker (`base.without_redis`), the health log line and `last_error`
-(telemetry/health.py), the metrics' `error_type` label and the CLI's error
-kinds and exit codes (cli/output.py, cli/doctor.py) all read it from here.
-It imports nothing of distbrake, so every layer may use it.
+The breaker (`redis/base.py`'s `without_redis`), the health log line and
+`last_error` (telemetry/health.py), the metrics' `error_type` label
+(policy.py) and the CLI's error kinds and exit codes (cli/output.py,
+cli/doctor.py) all read it from here. It imports nothing of distbrake: a
+leaf every layer may use (it sits beside urls.py and errors.py, below
+telemetry/ and policy.py, so neither imports the Redis backend for it).
 """
 
 from __future__ import annotations
