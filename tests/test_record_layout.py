@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.exceptions
 
 from distbrake import DistributedBrake, LoopBrakeError, call_hash, session_key
 from distbrake.core import PreparedCall
 from distbrake.redis import contract, wire
 from distbrake.redis.contract import JUDGED, MODE, REPEATS, RESULT
-from distbrake.redis.wire import encode_call, resp_evalsha, script_sha
+from distbrake.redis.wire import decode_reply, encode_call, resp_evalsha, script_sha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
 
 STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
@@ -166,3 +167,20 @@ def test_a_record_of_the_previous_script_version_goes_on(where: str, redis_url: 
             brake.check(tool, args, session_id=session)
         assert denied.value.count == 3
         brake.clear(session)
+
+
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_the_script_refuses_a_mode_it_does_not_know(where: str, redis_url: str) -> None:
+    """The script does what ARGV[MODE] asks, never what the number of arguments suggests: a check's
+    arguments with another mode are refused, and the record is left alone."""
+    url = redis_url if where == "redis" else f"memory://mode-{uuid.uuid4().hex}"
+    with DistributedBrake.from_url(url) as brake:
+        call = PreparedCall("search", "ab" * 32, "mode-session", None, 3)
+        key, argv, _ = encode_call(call, brake.settings.key_prefix, 60_000, 500)
+        brake.client.script_load(brake.script.text)
+        unknown = (argv[0], b"x", *argv[contract.MODE:])
+        with pytest.raises(redis.exceptions.ResponseError, match="unknown mode"):
+            brake.client.evalsha(brake.script.sha, 1, key, *unknown)
+        assert brake.client.exists(key) == 0
+        assert decode_reply(brake.client.evalsha(brake.script.sha, 1, key, *argv))[0] == 1
+        brake.clear("mode-session")

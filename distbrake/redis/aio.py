@@ -32,6 +32,7 @@ logger = logging.getLogger("distbrake")
 
 SCAN_BATCH = 500
 
+
 class AsyncDistributedBrake(DistributedBase):
     """The loop brake for asyncio code; `check` is a coroutine."""
 
