@@ -1,5 +1,7 @@
 """The Redis backend: the brakes whose streaks live in Redis (any Redis-protocol server, `memory://` too).
 
+    contract.py    the wire contract by name: record fields and byte ranges, ARGV slots, modes, reply codes
+                   (its twin is the block of constants at the top of `lua/brake.lua`)
     wire.py        keys, ARGV, replies and RESP packing of the one script, `lua/brake.lua` (no I/O)
     script.py      the script as an object per brake: text, SHA, server variant, load-and-resend on NOSCRIPT
     connect.py     the connectors per backend kind: a parsed backend URL -> a redis-py (or fakeredis) client
@@ -13,5 +15,6 @@
     topology.py    a Cluster changing under a command: the one redirect rule, redis-py's internal errors
     acl.py         the Redis commands and ACL rules the script needs (what `doctor` checks)
 
-Import the brakes from `distbrake`; the modules here are internal.
+What a Redis error means (outage, configuration, one record, the script) is `distbrake/redis_errors.py`'s
+to say. Import the brakes from `distbrake`; the modules here are internal.
 """
