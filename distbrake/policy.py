@@ -7,14 +7,15 @@
   fleet); they are forgotten when Redis answers again, so a streak from one
   outage never reaches into the next.
 
-`BackendHealth` is a small circuit breaker: after a failure Redis is known to
+`Breaker` is a small circuit breaker: after a failure Redis is known to
 be down and checks go straight to the policy, paying no timeout, until a
 pause has passed (`retry_after_seconds`); then one check probes Redis: a
 success closes the breaker, a failure doubles the pause (up to 30 times the
 first). One outage moves the pause one step, however many checks were in
 flight when it began: each check carries a ticket naming the breaker's state
 it started in, and a failure (or success) from a state that has since
-changed is old news.
+changed is old news. What an error means (an outage, a configuration error,
+one session's foreign key) is `redis_errors.classify`'s to say.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from collections.abc import Callable
 from .core import BrakeCore, PreparedCall, Verdict
 from .errors import BrakeUnavailableError, LoopBrakeError
 from .inprocess import LoopBrake
+from .redis_errors import classify
 from .telemetry.health import HealthWatch
 from .telemetry.recorder import Recorder
 from .telemetry.watch import mark_decided_by
 
-__all__ = ["BackendHealth", "FailureHandler"]
+__all__ = ["Breaker", "FailureHandler"]
 
 logger = logging.getLogger("distbrake")
 
@@ -42,7 +44,7 @@ FOREIGN_KEYS_LOGGED = 1024  # keys remembered as already logged (then the memory
 NO_TRY = -1  # the ticket of a check that must not ask Redis (known down, no probe due)
 
 
-class BackendHealth:
+class Breaker:
     """Known up, or known down until a probe is due. Thread-safe; no I/O.
 
     `attempt()` gives each check a ticket: `NO_TRY`, or the breaker's epoch
@@ -128,23 +130,25 @@ class FailureHandler:
     """Applies the configured policy to a call that Redis could not judge."""
 
     def __init__(
-        self, brake: BrakeCore, backend: str, health: HealthWatch | None = None, recorder: Recorder | None = None,
+        self, brake: BrakeCore, backend: str, health_watch: HealthWatch | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self._brake = brake
         self._backend = backend
         self.policy = brake.settings.on_backend_error
         self.local = LoopBrake(settings=brake.settings, otel=False)
-        # Said and called once per outage (telemetry/health.py); each failure counted by class.
-        self.watch = health or HealthWatch(self.policy, backend)
-        self.recorder = recorder or Recorder()
-        self.health = BackendHealth(brake.settings.retry_after_seconds)
+        # `brake.health()`'s state: said and called once per outage (telemetry/health.py).
+        self.health_watch = health_watch or HealthWatch(self.policy, backend)
+        self.recorder = recorder or Recorder()  # each failure counted by class
+        # Known up, or down until a probe is due: what spares checks the timeout during an outage.
+        self.breaker = Breaker(brake.settings.retry_after_seconds)
         self._lock = threading.Lock()
         self._foreign_keys: set[str] = set()
 
     def failed(self, error: BaseException, ticket: int) -> None:
         """Record a backend failure (once per outage in the log and callbacks, without arguments)."""
-        if self.health.failed(ticket):
-            self.watch.degraded(error)
+        if self.breaker.failed(ticket):
+            self.health_watch.degraded(error)
 
     def _foreign_key(self, key: str, call: PreparedCall) -> None:
         """Log, once per key (a bounded memory), that a session's key is not a streak record."""
@@ -162,9 +166,9 @@ class FailureHandler:
 
     def succeeded(self, ticket: int) -> None:
         """Redis answered: when that ends an outage, the fallback's streaks are forgotten."""
-        if self.health.succeeded(ticket):
+        if self.breaker.succeeded(ticket):
             self.local.reset()
-            self.watch.recovered()
+            self.health_watch.recovered()
 
     def decide(
         self, call: PreparedCall, error: BaseException | None, *, record_key: str | None = None
@@ -176,7 +180,7 @@ class FailureHandler:
         """
         cause = type(error).__name__ if error is not None else "known to be down"
         if error is not None:
-            self.recorder.backend_error(type(error).__name__)
+            self.recorder.backend_error(classify(error).error_type)
         if record_key is not None:
             self._foreign_key(record_key, call)
         if self.policy == "closed":

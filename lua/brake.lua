@@ -1,42 +1,53 @@
 --[[ distbrake: one check of one session's streak, atomically (or a run of identical checks).
 
-KEYS[1]  the session's streak record, a hash: <key_prefix>:<18 chars of base64url(sha256(session id))>
-ARGV[1]  the call, or a run of k identical calls of this session in the order they were
-         made: 16 bytes of the call hash, the ttl in milliseconds as 5 bytes big-endian,
-         then 5 bytes of each call's call id hash (26 bytes for one call)
-ARGV[2]  max_repeats for this tool, an integer >= 1
-ARGV[3]  ttl in milliseconds
-ARGV[4]  for inspection only: one byte holding the tool name's length (plus 128 when the
-         session id's UUIDs are packed: a zero byte and 16 bytes each), the tool name (at most
-         64 bytes), then the session id (at most 128 bytes)
-ARGV[5]  the replay window in milliseconds (the brake's timeout)
-ARGV[6]  what the check is judged by, kept for `inspect` and `list`: the limit in decimal,
-         then "w" and warn_at when set, then "s" in shadow mode (enforce=False), then "p" for a
-         progress-aware tool (its new streak empties the field r of an earlier one): "3", "5w2s", "5p"
-ARGV[7]  in an observation (seven arguments, see below): 8 bytes of the tool result's digest;
-         in a check with cycles on (eight arguments): the longest cycle period looked for, 2..4
-ARGV[8]  in a check with cycles on: how many repetitions of a cycle deny, 2..10
+The names below (ARGV slots, modes, byte ranges, fields, reply codes) are the wire contract; its twin is
+distbrake/redis/contract.py, with the same names and the same numbers. A byte range is given by its end:
+bytes END_A + 1 .. END_B here are [END_A:END_B] in Python.
 
-An observation (seven arguments) records the result of one call of a progress-aware
-tool, after the tool ran; ARGV[1] names that call. It is ignored when the streak
+KEYS[1]         the session's streak record, a hash: <key_prefix>:<18 chars of base64url(sha256(session id))>
+ARGV[CALL]      the call, or a run of k identical calls of this session in the order they were
+                made: the call hash (to CALL_HASH_END: 16 bytes), the ttl in milliseconds (to
+                CALL_TTL_END: 5 bytes big-endian), then each call's call id hash (ID_BYTES each:
+                26 bytes for one call)
+ARGV[MODE]      what is asked: MODE_CHECK ('c', a check or a run), MODE_CYCLES ('y', a check with
+                the cycle rule on, never a run) or MODE_OBSERVE ('o', an observation, see below)
+ARGV[LIMIT]     max_repeats for this tool, an integer >= 1
+ARGV[TTL]       ttl in milliseconds
+ARGV[ABOUT]     for inspection only: one byte holding the tool name's length (plus ABOUT_PACKED_UUID,
+                128, when the session id's UUIDs are packed: a zero byte and 16 bytes each), the tool
+                name (at most 64 bytes), then the session id (at most 128 bytes)
+ARGV[WINDOW]    the replay window in milliseconds (the brake's timeout)
+ARGV[JUDGED]    what the check is judged by, kept for `inspect` and `list`: the limit in decimal,
+                then "w" and warn_at when set, then "s" in shadow mode (enforce=False), then "p" for a
+                progress-aware tool (its new streak empties the field r of an earlier one): "3", "5w2s", "5p"
+ARGV[RESULT]    MODE_OBSERVE: 8 bytes of the tool result's digest
+ARGV[LONGEST]   MODE_CYCLES: the longest cycle period looked for, 2..4 (the same slot as RESULT)
+ARGV[REPEATS]   MODE_CYCLES: how many repetitions of a cycle deny, 2..10
+
+An observation (MODE_OBSERVE) records the result of one call of a progress-aware
+tool, after the tool ran; ARGV[CALL] names that call. It is ignored when the streak
 has moved on (the record's call hash or last call id is another). If the
 previous identical call of this streak had another result, the streak restarts:
 its count becomes 1, so the next identical call is checked as 2. Only progress
-tools write the field r: 4 bytes of the call hash (so a result from an earlier
-streak is never compared) and the 8 bytes of the result digest. Returns 2 when
-the streak restarted, 1 when recorded, 0 when ignored.
+tools write the field r: 4 bytes of the call hash (to R_HASH_END, so a result from
+an earlier streak is never compared) and the 8 bytes of the result digest. Returns
+OBSERVE_RESTARTED (2) when the streak restarted, OBSERVE_RECORDED (1) when recorded,
+OBSERVE_IGNORED (0) when ignored.
 
 The record's fields (two, and packed: every byte of every session counts):
-  h  16 bytes call hash | 5 bytes last call id | 5 bytes previous call id |
-     5 bytes ttl in milliseconds | the count, in decimal
-  s  ARGV[4] of the check that started the streak
-  j  ARGV[6] of the last check (the limit, warn_at and enforcement the fleet judged it by)
-  r  progress-aware tools only: 4 bytes of the call hash | 8 bytes of the last result's digest
-  c  sessions checked with cycles on only: the period of the cycle the last call completed and of
-     the one the previous call completed (a byte each, 0: none) | one byte n | the ring: the first
-     6 bytes of the call hash of each of the session's last n counted calls, oldest first, at most
-     ARGV[7] * ARGV[8] of them | the tools of the last ARGV[7] + 1 of those calls, each as one
-     length byte and the name (as in ARGV[4])
+  h (FIELD_STREAK)  call hash (to H_HASH_END: 16 bytes) | last call id (to H_LAST_END) |
+                    previous call id (to H_PREVIOUS_END) | ttl in milliseconds (to H_TTL_END) |
+                    the count, in decimal, to the end
+  s (FIELD_ABOUT)   ARGV[ABOUT] of the check that started the streak
+  j (FIELD_JUDGED)  ARGV[JUDGED] of the last check (the limit, warn_at and enforcement the fleet judged it by)
+  r (FIELD_RESULT)  progress-aware tools only: 4 bytes of the call hash | 8 bytes of the last result's digest
+  c (FIELD_RING)    sessions checked with cycles on only: the period of the cycle the last call completed and
+                    of the one the previous call completed (a byte each, 0: none) | one byte n | the ring: the
+                    first RING_ENTRY (6) bytes of the call hash of each of the session's last n counted calls,
+                    oldest first, at most ARGV[LONGEST] * ARGV[REPEATS] of them | the tools of the last
+                    ARGV[LONGEST] + 1 of those calls, each as one length byte and the name (as in ARGV[ABOUT])
+The layout did not change when the mode argument came (only ARGV did): records of the previous version are read
+as they are.
 
 The time of the last check is the key's expiry, set by Redis's own clock,
 minus the ttl kept in h: `inspect` reads it back with TIME and PTTL, and the
@@ -58,47 +69,65 @@ one: the whole run is a replay and gets the counts it got the first time. (A run
 counted, then followed by another call before the resend arrives, is no longer
 recognised: the record keeps the last two call ids only, to stay small.)
 
-Cycles (eight arguments; never sent as a run): every counted call also enters
-the ring of c. A call whose ring ends in ARGV[8] repetitions of one sequence
-of p calls (2 <= p <= ARGV[7], the shortest first) that are not all the same
+Cycles (MODE_CYCLES; never sent as a run): every counted call also enters
+the ring of c. A call whose ring ends in ARGV[REPEATS] repetitions of one sequence
+of p calls (2 <= p <= ARGV[LONGEST], the shortest first) that are not all the same
 call completes a cycle; denied calls enter the ring too, so a call that goes on
 with the cycle completes it again. A replay gets the cycle answer its call got.
 
-Returns one integer for the run's last call: count * 4 + 2 * denied + replayed;
-the earlier calls of a run have the counts just below it. A call that completes
-a cycle gets an array instead: that integer (denied there means the streak
-rule's denial), the period p, the cycle's p ring entries (6 bytes each, as
-hex: a client that decodes replies as text reads them too, in order, ending
-with this call) and their p tools (length byte and name each).
+Returns one integer for the run's last call: count * REPLY_COUNT (4) + REPLY_DENIED (2) when
+denied + REPLY_REPLAYED (1) when a replay; the earlier calls of a run have the counts just below
+it. A call that completes a cycle gets an array instead (CYCLE_REPLY): that integer (denied there
+means the streak rule's denial), the period p, the cycle's p ring entries (RING_ENTRY bytes each,
+as hex: a client that decodes replies as text reads them too, in order, ending with this call)
+and their p tools (length byte and name each).
 ]]
+-- The wire contract (twin of distbrake/redis/contract.py).
+local CALL, MODE, LIMIT, TTL, ABOUT, WINDOW, JUDGED = 1, 2, 3, 4, 5, 6, 7
+local RESULT, LONGEST, REPEATS = 8, 8, 9
+local MODE_CHECK, MODE_CYCLES, MODE_OBSERVE = 'c', 'y', 'o'
+local CALL_HASH_END, CALL_TTL_END, ID_BYTES = 16, 21, 5
+local H_HASH_END, H_LAST_END, H_PREVIOUS_END, H_TTL_END = 16, 21, 26, 31
+local R_HASH_END, RING_ENTRY, ABOUT_PACKED_UUID = 4, 6, 128
+local FIELD_STREAK, FIELD_ABOUT, FIELD_JUDGED, FIELD_RESULT, FIELD_RING = 'h', 's', 'j', 'r', 'c'
+local REPLY_COUNT, REPLY_DENIED, REPLY_REPLAYED = 4, 2, 1
+local OBSERVE_IGNORED, OBSERVE_RECORDED, OBSERVE_RESTARTED = 0, 1, 2
+local NO_ID = '\0\0\0\0\0'  -- ID_BYTES zero bytes: no call id
+
 local rcall, sub, byte, find = redis.call, string.sub, string.byte, string.find
 local key = KEYS[1]
-local call = ARGV[1]
-local argc = #ARGV
-if argc == 7 then
-  local stored = rcall('HMGET', key, 'h', 'r')
+local call = ARGV[CALL]
+local mode = ARGV[MODE]
+if mode == MODE_OBSERVE then
+  local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_RESULT)
   local record, seen = stored[1], stored[2]
-  if not record or sub(record, 1, 21) ~= sub(call, 1, 16) .. sub(call, 22, 26) then
-    return 0
+  if not record or sub(record, 1, H_LAST_END)
+      ~= sub(call, 1, CALL_HASH_END) .. sub(call, CALL_TTL_END + 1, CALL_TTL_END + ID_BYTES) then
+    return OBSERVE_IGNORED
   end
-  local mine = sub(call, 1, 4) .. ARGV[7]
-  if seen and sub(seen, 1, 4) == sub(call, 1, 4) and seen ~= mine then
-    rcall('HSET', key, 'h', sub(record, 1, 21) .. '\0\0\0\0\0' .. sub(record, 27, 31) .. '1', 'r', mine)
-    return 2
+  local mine = sub(call, 1, R_HASH_END) .. ARGV[RESULT]
+  if seen and sub(seen, 1, R_HASH_END) == sub(call, 1, R_HASH_END) and seen ~= mine then
+    rcall('HSET', key, FIELD_STREAK, sub(record, 1, H_LAST_END) .. NO_ID
+      .. sub(record, H_PREVIOUS_END + 1, H_TTL_END) .. '1', FIELD_RESULT, mine)
+    return OBSERVE_RESTARTED
   end
-  rcall('HSET', key, 'r', mine)
-  return 1
+  rcall('HSET', key, FIELD_RESULT, mine)
+  return OBSERVE_RECORDED
 end
 -- The common path (a check, cycles off) makes as few strings as it can: each one costs the server.
 local size = #call
-local k = math.floor((size - 21) / 5)  -- ARGV[1] is 21 + 5k bytes (floor: an integer on Lua 5.3+ too)
-local last = sub(call, size - 4)
-local limit = tonumber(ARGV[2])
-local cycles = argc == 8
+-- ARGV[CALL] is CALL_TTL_END + ID_BYTES * k bytes (floor: an integer on Lua 5.3+ too)
+local k = math.floor((size - CALL_TTL_END) / ID_BYTES)
+local last = sub(call, size - ID_BYTES + 1)
+local limit = tonumber(ARGV[LIMIT])
+local cycles = mode == MODE_CYCLES
+if not cycles and mode ~= MODE_CHECK then
+  return redis.error_reply('ERR distbrake: unknown mode')
+end
 local record, ring
 local name_list, cycle_reply, parse_ring
 if cycles then
-  local stored = rcall('HMGET', key, 'h', 'c')
+  local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_RING)
   record, ring = stored[1], stored[2]
 
   -- The tools part of c (length byte and name each) as a list of names.
@@ -115,10 +144,11 @@ if cycles then
   -- The cycle answer for a call whose cycle of `period` calls ends at ring entry `at_end` of `entries`.
   cycle_reply = function(code, period, entries, tools, at_end)
     local names, shown = name_list(tools), {}
-    for i = #names - (#entries / 6 - at_end) - period + 1, #names - (#entries / 6 - at_end) do
+    local n = #entries / RING_ENTRY
+    for i = #names - (n - at_end) - period + 1, #names - (n - at_end) do
       shown[#shown + 1] = string.char(#names[i]) .. names[i]
     end
-    local members = sub(entries, (at_end - period) * 6 + 1, at_end * 6)
+    local members = sub(entries, (at_end - period) * RING_ENTRY + 1, at_end * RING_ENTRY)
     local hex = (string.gsub(members, '.', function(one) return string.format('%02x', byte(one)) end))
     return {code, period, hex, table.concat(shown)}
   end
@@ -129,38 +159,38 @@ if cycles then
       return '\0\0', '', ''
     end
     local n = byte(ring, 3)
-    return sub(ring, 1, 2), sub(ring, 4, 3 + n * 6), sub(ring, 4 + n * 6)
+    return sub(ring, 1, 2), sub(ring, 4, 3 + n * RING_ENTRY), sub(ring, 4 + n * RING_ENTRY)
   end
 else
-  record = rcall('HGET', key, 'h')
+  record = rcall('HGET', key, FIELD_STREAK)
 end
-local hash = sub(call, 1, 16)
+local hash = sub(call, 1, CALL_HASH_END)
 local n = 0
-local before = '\0\0\0\0\0'
+local before = NO_ID
 if record and find(record, hash, 1, true) == 1 then
-  local stored = tonumber(sub(record, 32))
+  local stored = tonumber(sub(record, H_TTL_END + 1))
   if stored then
-    local last_id = sub(record, 17, 21)
+    local last_id = sub(record, H_HASH_END + 1, H_LAST_END)
     local count = nil
     if last == last_id then
       count = stored
-    elseif k == 1 and stored > 1 and find(record, last, 22, true) == 22 then
+    elseif k == 1 and stored > 1 and find(record, last, H_LAST_END + 1, true) == H_LAST_END + 1 then
       count = stored - 1
     end
     if count then
-      local b1, b2, b3, b4, b5 = byte(record, 27, 31)
+      local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
       local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
-      if ttl - rcall('PTTL', key) <= tonumber(ARGV[5]) then
-        rcall('PEXPIRE', key, ARGV[3])
-        local code = count * 4 + 1
+      if ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW]) then
+        rcall('PEXPIRE', key, ARGV[TTL])
+        local code = count * REPLY_COUNT + REPLY_REPLAYED
         if count >= limit then
-          code = count * 4 + 3
+          code = code + REPLY_DENIED
         end
         if cycles then
           local periods, entries, tools = parse_ring()
           local previous = count ~= stored and 1 or 0
           local period = byte(periods, 1 + previous)
-          local at_end = #entries / 6 - previous
+          local at_end = #entries / RING_ENTRY - previous
           if period > 0 and at_end >= period and #name_list(tools) >= period + previous then
             return cycle_reply(code, period, entries, tools, at_end)
           end
@@ -174,36 +204,36 @@ if record and find(record, hash, 1, true) == 1 then
 end
 local count = n + k
 if k > 1 then
-  before = sub(call, size - 9, size - 5)
+  before = sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
 end
-local fields = hash .. last .. before .. sub(call, 17, 21) .. count
-local code = count * 4
+local fields = hash .. last .. before .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. count
+local code = count * REPLY_COUNT
 if count >= limit then
-  code = count * 4 + 2
+  code = code + REPLY_DENIED
 end
-local renew = n == 0 and record and byte(ARGV[6], -1) == 112
+local renew = n == 0 and record and byte(ARGV[JUDGED], -1) == 112  -- "p": a progress-aware tool
 if not cycles then
   if renew then
     -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
-    rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'r', '')
+    rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '')
   elseif n == 0 then
-    rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4])
+    rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
   else
-    rcall('HSET', key, 'h', fields, 'j', ARGV[6])
+    rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
   end
-  rcall('PEXPIRE', key, ARGV[3])
+  rcall('PEXPIRE', key, ARGV[TTL])
   return code
 end
 
 -- Cycles on: the ring step, written with the record in one HSET.
 local periods, entries, tools = parse_ring()
-local longest, repeats = tonumber(ARGV[7]), tonumber(ARGV[8])
-local size_byte = byte(ARGV[4], 1) % 128
-entries = entries .. string.rep(sub(call, 1, 6), k)
-if #entries > longest * repeats * 6 then
-  entries = sub(entries, -longest * repeats * 6)
+local longest, repeats = tonumber(ARGV[LONGEST]), tonumber(ARGV[REPEATS])
+local size_byte = byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID
+entries = entries .. string.rep(sub(call, 1, RING_ENTRY), k)
+if #entries > longest * repeats * RING_ENTRY then
+  entries = sub(entries, -longest * repeats * RING_ENTRY)
 end
-tools = tools .. string.rep(string.char(size_byte) .. sub(ARGV[4], 2, 1 + size_byte), k)
+tools = tools .. string.rep(string.char(size_byte) .. sub(ARGV[ABOUT], 2, 1 + size_byte), k)
 local kept, at = 0, 1
 while at <= #tools do
   kept = kept + 1
@@ -214,32 +244,33 @@ while kept > longest + 1 do
   kept = kept - 1
 end
 local period = 0
-local filled, newest = #entries, sub(entries, -6)
+local filled, newest = #entries, sub(entries, -RING_ENTRY)
 for p = 2, longest do
-  local span = p * repeats * 6
+  local span = p * repeats * RING_ENTRY
   if filled < span then
     break
   end
   -- first the one comparison that rules most calls out: this call against the one p calls before it
-  if newest == sub(entries, filled - p * 6 - 5, filled - p * 6) then
+  if newest == sub(entries, filled - (p + 1) * RING_ENTRY + 1, filled - p * RING_ENTRY) then
     local window = sub(entries, -span)
-    if sub(window, 1, span - p * 6) == sub(window, p * 6 + 1)
-        and sub(window, 1, p * 6) ~= string.rep(sub(window, 1, 6), p) then
+    if sub(window, 1, span - p * RING_ENTRY) == sub(window, p * RING_ENTRY + 1)
+        and sub(window, 1, p * RING_ENTRY) ~= string.rep(sub(window, 1, RING_ENTRY), p) then
       period = p
       break
     end
   end
 end
-local c = string.char(period, byte(periods, 1), #entries / 6) .. entries .. tools
+local c = string.char(period, byte(periods, 1), #entries / RING_ENTRY) .. entries .. tools
 if renew then
-  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'r', '', 'c', c)
+  rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '',
+    FIELD_RING, c)
 elseif n == 0 then
-  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 's', ARGV[4], 'c', c)
+  rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RING, c)
 else
-  rcall('HSET', key, 'h', fields, 'j', ARGV[6], 'c', c)
+  rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_RING, c)
 end
-rcall('PEXPIRE', key, ARGV[3])
+rcall('PEXPIRE', key, ARGV[TTL])
 if period > 0 then
-  return cycle_reply(code, period, entries, tools, #entries / 6)
+  return cycle_reply(code, period, entries, tools, #entries / RING_ENTRY)
 end
 return code

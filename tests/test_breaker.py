@@ -61,7 +61,7 @@ async def test_one_blip_moves_the_backoff_one_step(
         )
         decided = [v.decided_by for v in verdicts]
     proxy.pass_through()
-    health = brake.brake.failures.health
+    health = brake.brake.failures.breaker
     print(f"\n{flavour}: {n} checks in flight during the blip; pause after it {health.pause:.2f}s "
           f"(first pause {RETRY_AFTER}s)")
     assert decided == ["fallback"] * n
@@ -77,7 +77,7 @@ async def test_a_failed_probe_doubles_the_pause_once(flavour: str, proxy: FaultP
     brake = make(flavour, proxy.url, retry_after_seconds=0.05, timeout_seconds=TIMEOUT)
     proxy.refuse()
     assert (await brake.check("t", {}, session_id="a")).decided_by == "fallback"
-    health = brake.brake.failures.health
+    health = brake.brake.failures.breaker
     assert health.pause == 0.05
     deadline = time.monotonic() + 5
     while health.pause == 0.05 and time.monotonic() < deadline:  # the next due probe fails
@@ -124,7 +124,7 @@ async def test_a_foreign_value_at_one_key_is_that_sessions_problem(
           f"{sorted(set(healthy))}")
     assert poisoned == [expected] * 3
     assert healthy == ["redis"] * 50
-    assert not brake.brake.failures.health.down
+    assert not brake.brake.failures.breaker.down
 
 
 async def test_a_foreign_value_under_closed_says_what_is_wrong(server: RedisServer) -> None:

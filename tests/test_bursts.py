@@ -56,7 +56,7 @@ async def test_a_burst_of_one_session_is_decided_by_redis_in_one_round_trip(n: i
           f"{elapsed * 1000:.1f} ms, {sent} script call(s), counts {min(counts)}..{max(counts)}")
     assert counts == list(range(1, n + 1))
     assert elapsed < TIMEOUT / 2
-    assert not brake.failures.health.down
+    assert not brake.failures.breaker.down
 
 
 async def test_a_lost_reply_for_a_burst_is_counted_once(proxy: FaultProxy, server: RedisServer) -> None:
@@ -104,7 +104,7 @@ async def test_time_queued_behind_the_brakes_own_batches_is_not_a_redis_failure(
           f"{decided.count('redis')} decided by Redis, {decided.count('fallback')} by the policy (queued "
           "too long); Redis marked down: no")
     assert decided.count("redis") > 0 and set(decided) <= {"redis", "fallback"}
-    assert not brake.failures.health.down
+    assert not brake.failures.breaker.down
     assert after.decided_by == "redis"
 
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import threading
 
 import pytest
 
 from distbrake import AsyncDistributedBrake, DistributedBrake
+from distbrake.redis.connect import CONNECTORS
+from distbrake.redis.script import VARIANTS, script_source
+from tests.backends import Checker
 from tests.servers import RedisServer
 
 
@@ -149,3 +154,28 @@ def test_an_observation_first_on_a_new_loop_opens_and_closes_that_loops_connecti
     state = asyncio.run(brake.inspect("s"))
     asyncio.run(brake.aclose())
     assert state is not None and state.count == 1
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_backend_kind_can_give_its_brakes_a_variant_of_the_script(
+    server: RedisServer, flavour: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The script is the brake's, chosen by its URL's connector when it is built: a variant (the text with a
+    prefix, as some managed servers need) is what that brake's checks name, load after a NOSCRIPT, and run;
+    another brake in the same process keeps the standard script."""
+    monkeypatch.setitem(VARIANTS, "test-variant", "-- a variant of the script for a test server\n")
+    standard = DistributedBrake.from_url(server.url)
+    monkeypatch.setitem(CONNECTORS, "redis", dataclasses.replace(
+        CONNECTORS["redis"], script_variant=lambda parsed: "test-variant"))
+    kind = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
+    brake = Checker(kind.from_url(server.url, max_repeats=3))
+    text = VARIANTS["test-variant"] + script_source()
+    assert (brake.brake.script.variant, brake.brake.script.text) == ("test-variant", text)
+    assert brake.brake.script.sha == hashlib.sha1(text.encode()).hexdigest() != standard.script.sha
+    for n in (1, 2):
+        server.command("SCRIPT", "FLUSH")  # each check loads the variant after its NOSCRIPT
+        assert (await brake.check("search", {"q": 1}, session_id=f"variant-{flavour}")).count == n
+        assert server.command("SCRIPT", "EXISTS", brake.brake.script.sha, standard.script.sha) == [1, 0]
+    assert standard.check("search", {"q": 1}, session_id=f"standard-{flavour}").count == 1
+    standard.close()
+    await brake.close()

@@ -7,8 +7,10 @@ import secrets
 from typing import Any
 
 import pytest
+import redis.exceptions
 
 from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
+from distbrake.redis_errors import classify
 from tests.backends import Checker
 from tests.faults import RECOVERY_DEADLINE, until_redis
 from tests.servers import RedisServer
@@ -94,3 +96,41 @@ async def test_an_acl_refusal_is_named_a_configuration_error(
         [line] = errors(caplog)
         assert "(NoPermissionError (configuration: ACL refusal)): a configuration error, not an outage" in line
         await brake.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_an_acl_refusal_inside_the_script_is_named_a_configuration_error(
+    flavour: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A user who may run the script but not a command in it: Redis answers a ResponseError ("The user
+    executing the script can't run this command"), which is an ACL refusal, not an outage."""
+    user = ("nohset on >brake-pw ~distbrake:* resetchannels -@all +evalsha +eval +script|load +hget +hmget "
+            "+pexpire +pttl +ping")
+    with RedisServer(acl_users=[user], name="acl-script") as server:
+        brake = build(flavour, server.url_with(username="nohset", password="brake-pw"))
+        assert (await brake.check("t", 1)).decided_by == "fallback"
+        health = brake.brake.health()
+        assert health.last_error == "ResponseError (configuration: ACL refusal)"
+        [line] = errors(caplog)
+        assert "(ResponseError (configuration: ACL refusal)): a configuration error, not an outage" in line
+        assert "unreachable" not in line
+        await brake.close()
+
+
+@pytest.mark.parametrize(("error", "meaning", "name"), [
+    (redis.exceptions.AuthenticationError("invalid username-password pair"), "configuration",
+     "AuthenticationError (configuration: wrong password)"),
+    (redis.exceptions.NoPermissionError("this user has no permissions to run the 'hset' command"),
+     "configuration", "NoPermissionError (configuration: ACL refusal)"),
+    (redis.exceptions.ResponseError("The user executing the script can't run this command or subcommand"),
+     "configuration", "ResponseError (configuration: ACL refusal)"),
+    (redis.exceptions.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+     "record", "ResponseError"),
+    (redis.exceptions.NoScriptError("No matching script"), "script", "NoScriptError"),
+    (redis.exceptions.ConnectionError("refused"), "outage", "ConnectionError"),
+    (redis.exceptions.TimeoutError("timeout"), "outage", "TimeoutError"),
+    (redis.exceptions.ReadOnlyError("READONLY"), "outage", "ReadOnlyError"),
+])
+def test_one_classifier_names_what_a_redis_error_means(error: BaseException, meaning: str, name: str) -> None:
+    classified = classify(error)
+    assert (classified.meaning, classified.name, classified.error_type) == (meaning, name, type(error).__name__)

@@ -7,16 +7,21 @@ make every record of the fleet about 120 bytes larger.
 
 from __future__ import annotations
 
+import ast
+import re
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
+import redis.exceptions
 
-from distbrake import DistributedBrake, session_key
+from distbrake import DistributedBrake, LoopBrakeError, call_hash, session_key
 from distbrake.core import PreparedCall
 from distbrake.model import Rules
-from distbrake.redis import wire
-from distbrake.redis.wire import encode_call, resp_evalsha, script_sha
+from distbrake.redis import contract, wire
+from distbrake.redis.contract import JUDGED, MODE, REPEATS, RESULT
+from distbrake.redis.wire import decode_reply, encode_call, resp_evalsha, script_sha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
 
 STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
@@ -98,10 +103,13 @@ def test_a_checks_packed_evalsha_is_its_key_and_argv_on_the_wire(
                 key, argv, packed = encode_call(call, "team", 60_000, 500, cycles)
                 assert key == session_key(session, "team")
                 assert packed == resp_evalsha(key, argv) == redis_py_packs(key, argv)
-                assert len(argv) == (6 if cycles is None else 8)
-                # an observation: the check's first six arguments and the result's digest, never cycles
+                # ARGV[CALL] .. ARGV[JUDGED], and with cycles ARGV[LONGEST] and ARGV[REPEATS]; the mode says which
+                assert len(argv) == (7 if cycles is None else 9) == (JUDGED if cycles is None else REPEATS)
+                assert argv[MODE - 1] == (b"c" if cycles is None else b"y")
+                # an observation: the check's arguments in its own mode and the result's digest, never cycles
                 seen, observed, packed = encode_call(call, "team", 60_000, 500, cycles, result=b"r" * 8)
-                assert (seen, observed[1:]) == (key, (*argv[1:6], b"r" * 8))
+                assert (seen, observed[1:]) == (key, (b"o", *argv[2:7], b"r" * 8))
+                assert len(observed) == RESULT
                 assert packed == resp_evalsha(seen, observed) == redis_py_packs(seen, observed)
 
 
@@ -115,3 +123,65 @@ def test_a_process_with_thousands_of_sessions_at_once_keeps_each_ones_encoding()
     for call in calls:
         encode_call(call, "cache", 60_000, 500)
     assert wire._fixed.cache_info().hits - before.hits == len(calls)
+
+
+def test_the_lua_header_is_the_twin_of_contract_py() -> None:
+    """Every name of the wire contract's block at the top of lua/brake.lua has the same value in
+    distbrake/redis/contract.py, and every contract name (but Python's own helpers) is in that block."""
+    text = (Path(__file__).resolve().parents[1] / "lua" / "brake.lua").read_text(encoding="utf-8")
+    block = text.split("-- The wire contract", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    lua: dict[str, object] = {}
+    for line in block:
+        found = re.fullmatch(r"local ([\w, ]+) = (.+?)(\s+--.*)?", line)
+        assert found is not None, line
+        names = [name.strip() for name in found.group(1).split(",")]
+        values = [ast.literal_eval(value.strip()) for value in found.group(2).split(",")]
+        lua.update(zip(names, values, strict=True))
+    for name, value in lua.items():
+        mine = getattr(contract, name)
+        assert (mine.decode("latin-1") if isinstance(mine, bytes) else mine) == value, name
+    python_only = {"FIELDS", "CYCLE_REPLY", "REPLY_COUNT_SHIFT", "RESULT_BYTES"}
+    assert set(contract.__all__) - python_only == set(lua)
+    assert "argc" not in text and "#ARGV" not in text  # the mode argument says what is asked, not a count
+
+
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_a_record_of_the_previous_script_version_goes_on(where: str, redis_url: str) -> None:
+    """The layout of the record did not change with the mode argument: a record as the previous version of
+    the script wrote it (field h: call hash 16 | last call id 5 | previous call id 5 | ttl 5 | count; s; j)
+    is read by `inspect` and its streak continued by the next identical call."""
+    url = redis_url if where == "redis" else f"memory://previous-{uuid.uuid4().hex}"
+    with DistributedBrake.from_url(url, max_repeats=3) as brake:
+        session, tool, args = "previous-version", "search", {"q": "paris"}
+        digest = bytes.fromhex(call_hash(tool, args))[:16]
+        record = {
+            b"h": digest + b"\x01" * 5 + b"\x00" * 5 + (60_000).to_bytes(5, "big") + b"2",
+            b"s": bytes([len(tool)]) + tool.encode() + session.encode(),
+            b"j": b"3",
+        }
+        brake.client.hset(brake.key(session), mapping=record)
+        brake.client.pexpire(brake.key(session), 60_000)
+        state = brake.inspect(session)
+        assert state is not None
+        assert (state.count, state.tool_name, state.session_id, state.max_repeats) == (2, tool, session, 3)
+        with pytest.raises(LoopBrakeError) as denied:
+            brake.check(tool, args, session_id=session)
+        assert denied.value.count == 3
+        brake.clear(session)
+
+
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_the_script_refuses_a_mode_it_does_not_know(where: str, redis_url: str) -> None:
+    """The script does what ARGV[MODE] asks, never what the number of arguments suggests: a check's
+    arguments with another mode are refused, and the record is left alone."""
+    url = redis_url if where == "redis" else f"memory://mode-{uuid.uuid4().hex}"
+    with DistributedBrake.from_url(url) as brake:
+        call = PreparedCall("search", "ab" * 32, "mode-session", None, Rules(3))
+        key, argv, _ = encode_call(call, brake.settings.key_prefix, 60_000, 500)
+        brake.client.script_load(brake.script.text)
+        unknown = (argv[0], b"x", *argv[contract.MODE:])
+        with pytest.raises(redis.exceptions.ResponseError, match="unknown mode"):
+            brake.client.evalsha(brake.script.sha, 1, key, *unknown)
+        assert brake.client.exists(key) == 0
+        assert decode_reply(brake.client.evalsha(brake.script.sha, 1, key, *argv))[0] == 1
+        brake.clear("mode-session")

@@ -20,6 +20,7 @@ from ..errors import ConfigurationError, LoopBrakeError
 from ..redis.acl import command_name, grant_hint, needed_commands
 from ..redis.sync import DistributedBrake
 from ..redis.wire import script_source
+from ..redis_errors import is_refusal, is_unknown_command
 from ..settings import BrakeSettings, value_sources
 from .app import App, command
 from .output import (
@@ -69,13 +70,6 @@ def _nodes(client: Any, label: str) -> list[tuple[str, Any]]:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _unknown_command(error: BaseException) -> bool:
-    text = str(error).lower()
-    return isinstance(error, redis.exceptions.ResponseError) and (
-        "unknown command" in text or "unknown subcommand" in text or "not found" in text
-    )
 
 
 class Doctor:
@@ -176,15 +170,15 @@ class Doctor:
             try:
                 server = client.info("server")
                 memory = client.info("memory")
-            except redis.exceptions.NoPermissionError as error:
+            except Exception as error:
+                if not is_refusal(error):
+                    self.fail_backend("server", error)
+                    return False
                 self.add("server", "warn", f"{name}: may not run INFO ({self.line(str(error))})",
                          "optional: grant +info to see the server, its version and mode here")
                 self.server["nodes"] = [n for n, _ in nodes]
                 self.server["mode"] = {"cluster": "cluster", "sentinel": "sentinel"}.get(kind, "single")
                 return True
-            except Exception as error:
-                self.fail_backend("server", error)
-                return False
             try:
                 cluster: Any = client.info("cluster")
             except redis.exceptions.ResponseError:  # a server without INFO cluster: the mode field says
@@ -262,15 +256,15 @@ class Doctor:
                     answer = _text(client.execute_command("ACL", "DRYRUN", user, *command))
                     if answer != "OK":
                         denied.setdefault(command_name(command), f"{name}: {answer}")
-            except redis.exceptions.NoPermissionError:
-                self.add("permissions", "warn",
-                         "this user may not run ACL WHOAMI / ACL DRYRUN, so its permissions "
-                         "cannot be listed (the end-to-end check below still exercises them)",
-                         "optional: grant +acl|whoami +acl|dryrun for a full report; the brake "
-                         f"needs {acl_rules(brake.settings)} on ~{brake.settings.key_prefix}:*")
-                return
             except Exception as error:
-                if _unknown_command(error):
+                if is_refusal(error):
+                    self.add("permissions", "warn",
+                             "this user may not run ACL WHOAMI / ACL DRYRUN, so its permissions "
+                             "cannot be listed (the end-to-end check below still exercises them)",
+                             "optional: grant +acl|whoami +acl|dryrun for a full report; the brake "
+                             f"needs {acl_rules(brake.settings)} on ~{brake.settings.key_prefix}:*")
+                    return
+                if is_unknown_command(error):
                     self.add("permissions", "skip",
                              "ACL DRYRUN is not available on this server (Redis < 7 or embedded)")
                     return

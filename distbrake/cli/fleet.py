@@ -24,8 +24,8 @@ from rich.console import Group
 from rich.text import Text
 
 from ..core import SessionState
-from ..redis.base import BACKEND_ERRORS
 from ..redis.sync import DistributedBrake
+from ..redis_errors import REDIS_FAILURES
 from ..telemetry.fleet import RETENTION_MINUTES, read_minutes
 from .app import App, command
 from .output import emit_json, escape_text, make_console, make_table, print_renderable
@@ -141,7 +141,7 @@ def take_snapshot(brake: DistributedBrake, minutes_back: int) -> Snapshot:
         latency = (time.perf_counter() - start) * 1000
         streaks = heapq.nlargest(TOP_STREAKS, brake.sessions(), key=lambda s: (s.count, s.updated_at))
         minutes = read_minutes(brake.client, brake.settings.key_prefix, minutes_back, now)
-    except BACKEND_ERRORS as error:
+    except REDIS_FAILURES as error:
         return Snapshot(now, f"unreachable ({type(error).__name__})")
     return Snapshot(now, "ok", latency, streaks, minutes)
 

@@ -11,7 +11,6 @@ from collections.abc import Collection
 from typing import Any
 
 import click
-import redis.exceptions
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -25,6 +24,7 @@ from ..errors import (
     UnsupportedArgumentsError,
 )
 from ..redis.acl import needed_rules
+from ..redis_errors import REDIS_FAILURES, classify
 from ..settings import BrakeSettings
 from ..urls import ParsedURL, redact_url
 from .app import App
@@ -227,9 +227,8 @@ def backend_problem(error: BaseException, app: App) -> tuple[str, str, str]:
     if isinstance(error, BrakeUnavailableError) and error.__cause__ is not None:
         error = error.__cause__
     text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, redis.exceptions.AuthenticationError) or (
-        isinstance(error, redis.exceptions.ResponseError) and text.startswith("NOAUTH")
-    ):
+    cause = classify(error).cause  # what the error means: redis_errors.py decides it
+    if cause == "auth":
         if settings is not None and not settings.parsed_url.password:
             # Without a password redis-py sends no AUTH; the server's answer ("HELLO must be
             # called with the client already authenticated", "Authentication required") says
@@ -245,41 +244,38 @@ def backend_problem(error: BaseException, app: App) -> tuple[str, str, str]:
             f"backend {backend} refused the credentials ({text})",
             "fix the user name and password (the user:password@ part of --url or DISTBRAKE_URL)",
         )
-    if isinstance(error, redis.exceptions.NoPermissionError) or (
-        isinstance(error, redis.exceptions.ResponseError)
-        and ("can't run this command" in text or "no permissions" in text.lower())
-    ):
+    if cause == "permission":
         return (
             "permission",
             f"backend {backend} denied a command to this user, permission missing ({text})",
             f"grant the brake's user what it needs, e.g. {acl_setuser_hint(settings)}",
         )
-    if isinstance(error, redis.exceptions.ReadOnlyError):
+    if cause == "read-only":
         return (
             "read-only",
             f"backend {backend} is a read-only replica ({text})",
             "point --url at the primary (or use redis+sentinel:// to follow it)",
         )
-    if isinstance(error, (redis.exceptions.TimeoutError, TimeoutError)):
+    if cause == "timeout":
         return (
             "timeout",
             f"backend {backend} did not answer within {timeout:g} s ({text})",
             "check that it is a Redis server (TLS needs rediss://) that is up and not paused, "
             "or raise --timeout on a slow network",
         )
-    if isinstance(error, redis.exceptions.ResponseError) and text.startswith(("MOVED", "ASK")):
+    if cause == "redirect":
         return (
             "cluster",
             f"backend {backend} is a Redis Cluster node ({text})",
             "use redis+cluster://host:port[,host:port...]",
         )
-    if isinstance(error, (redis.exceptions.ConnectionError, ConnectionError, OSError)):
+    if cause == "unreachable":
         return (
             "unreachable",
             f"backend {backend} is unreachable ({text})",
             "start Redis there, or point --url / DISTBRAKE_URL at a running server",
         )
-    if isinstance(error, redis.exceptions.RedisClusterException):
+    if cause == "cluster":
         return (
             "cluster",
             f"Redis Cluster at {backend} is unusable ({text})",
@@ -311,8 +307,7 @@ def as_cli_error(error: BaseException, app: App) -> CliError:
         return CliError(str(error), EXIT_USAGE, "usage")
     if isinstance(error, DistbrakeError):  # ScriptReplyError and the like: the backend's side
         return CliError(f"backend {app.backend}: {error}", EXIT_BACKEND, "backend")
-    if isinstance(error, (redis.exceptions.RedisError, redis.exceptions.RedisClusterException,
-                          OSError, TimeoutError)):
+    if isinstance(error, REDIS_FAILURES):
         kind, what, fix = backend_problem(error, app)
         return CliError(f"{what}; {fix}", EXIT_BACKEND, kind)
     return CliError(

@@ -7,14 +7,15 @@ in `sync.py` and `aio.py` only send and receive.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from fnmatch import fnmatchcase
 from typing import Any, Self, Unpack
 
-import redis.exceptions
-
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
+from ..errors import InvalidURLError
 from ..policy import NO_TRY, FailureHandler
+from ..redis_errors import REDIS_FAILURES, classify
 from ..rules import result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
 from ..telemetry.build import build_telemetry
@@ -22,6 +23,8 @@ from ..telemetry.health import Healthy
 from ..telemetry.options import take_telemetry_options
 from ..urls import ParsedURL
 from ..wrap import GuardMixin
+from .connect import script_variant
+from .script import Script, script_for
 from .wire import (
     FIELDS,
     Encoded,
@@ -35,17 +38,7 @@ from .wire import (
 
 logger = logging.getLogger("distbrake")
 
-__all__ = ["BACKEND_ERRORS", "DistributedBase"]
-
-# What counts as "Redis failed": connection, timeout, cluster, read-only
-# replica, ACL refusal, script errors... every error the driver raises, and
-# the OS and asyncio timeouts under it.
-BACKEND_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.RedisError,
-    redis.exceptions.RedisClusterException,  # not a RedisError: "no node reachable" and kin
-    OSError,
-    TimeoutError,
-)
+__all__ = ["REDIS_FAILURES", "DistributedBase"]
 
 
 class DistributedBase(Healthy, GuardMixin, BrakeCore):
@@ -64,6 +57,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         telemetry = take_telemetry_options(options)  # type: ignore[arg-type]
         super().__init__(load_settings(settings, url=url, **options))
         self.client = client
+        # The URL and timeout the brake built its client from, when it did (see `own_client`).
+        self.built_from: tuple[ParsedURL, float] | None = None
         self.backend = self.settings.shown_url if self.settings.url is not None else repr_client(client)
         if self.settings.url is None and _without_timeout(client):
             logger.warning(
@@ -77,6 +72,13 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         )
         self.watch, self.health_watch, self.recorder = built.watch, built.health, built.recorder
         self.failures = FailureHandler(self, self.backend, built.health, built.recorder)
+        # The script's variant is the server's (see connect.CONNECTORS): chosen once, when the brake is built.
+        variant = "redis"
+        if self.settings.url is not None:
+            with contextlib.suppress(InvalidURLError):  # a caller's client, named by a URL only shown
+                variant = script_variant(self.settings.parsed_url)
+        self.script: Script = script_for(variant, self.recorder.script_load)
+        self._head = self.script.evalsha_head  # what every packed check of this brake starts with
         self._ttl_ms = max(1, round(self.settings.ttl_seconds * 1000))
         # A call id seen again within the timeout is a retry or a second seam; later, a new call.
         self._window_ms = max(1, round(self.settings.timeout_seconds * 1000))
@@ -110,7 +112,14 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         """
         telemetry = take_telemetry_options(options)  # type: ignore[arg-type]
         resolved = cls.settings_for_url(url, settings, **options)
-        return cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved, **telemetry)
+        brake = cls(cls.connect(resolved.parsed_url, resolved.timeout_seconds), settings=resolved, **telemetry)
+        brake.own_client(resolved.parsed_url, resolved.timeout_seconds)
+        return brake
+
+    def own_client(self, url: ParsedURL, timeout: float) -> None:
+        """The brake's client is one it built from `url` with `timeout` (`connect`, as `from_url` does): the
+        brake owns it (and may build it again: the asyncio brake does for each new event loop)."""
+        self.built_from = (url, timeout)
 
     @staticmethod
     def settings_for_url(
@@ -136,7 +145,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
 
     def encode(self, call: PreparedCall) -> Encoded:
         """KEYS[1], ARGV and the packed EVALSHA of a check of `call` (see `wire.encode_call`)."""
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles)
+        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles,
+                           head=self._head)
 
     def observation(self, verdict: Verdict, result: object) -> Encoded | None:
         """KEYS[1], ARGV and packed EVALSHA of the observation of `verdict`'s result, or None when there is
@@ -154,7 +164,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
             if verdict.decided_by == "fallback":
                 self.failures.local.observe_digest(call, digest)
             return None
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, result=digest)
+        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, result=digest,
+                           head=self._head)
 
     def observation_failed(self, error: BaseException) -> None:
         """An observation Redis did not take: the streak goes on as if the result had not changed."""
@@ -213,15 +224,10 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         backend's health is untouched.
         """
         if error is not None:
-            if is_record_error(error):
+            if classify(error).meaning == "record":  # this session's key holds a value of another type
                 return self.failures.decide(call, error, record_key=self.key(call.session_id))
             self.failures.failed(error, ticket)
         return self.failures.decide(call, error)
-
-
-def is_record_error(error: BaseException) -> bool:
-    """True when Redis refused one key only: the session's key holds a value of another type."""
-    return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith("WRONGTYPE")
 
 
 def _without_timeout(client: Any) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ssl
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -28,7 +29,10 @@ from redis.backoff import NoBackoff
 from ..errors import InvalidURLError
 from ..urls import ParsedURL, parse_number, parse_url
 
-__all__ = ["LazyClient", "async_client", "memory_server", "sync_client"]
+__all__ = [
+    "CONNECTORS", "Connector", "LazyClient", "async_client", "connector", "memory_server", "script_variant",
+    "sync_client",
+]
 
 _TLS_OPTIONS = {
     "ssl_ca_certs": str,
@@ -219,43 +223,108 @@ def _limited(client: Any, blocking_pool: Any, timeout: float, parsed: ParsedURL)
     return type(client).from_pool(blocking)  # the client owns the pool: closing it closes the pool
 
 
-def sync_client(url: str | ParsedURL, timeout: float) -> Any:
-    """A redis-py (or fakeredis) client for `url`, sync flavour."""
-    parsed = parse_url(url) if isinstance(url, str) else url
-    if parsed.kind == "memory":
-        import fakeredis
+def _sync_kwargs(parsed: ParsedURL, timeout: float) -> dict[str, Any]:
+    return _common(parsed, timeout, redis.retry.Retry(NoBackoff(), 1))
 
-        return fakeredis.FakeRedis(server=memory_server(parsed.path))
-    kwargs = _common(parsed, timeout, redis.retry.Retry(NoBackoff(), 1))
-    if parsed.kind in ("redis", "unix"):
-        return _limited(redis.Redis(**_where(parsed, kwargs)), redis.BlockingConnectionPool, timeout, parsed)
-    if parsed.kind == "cluster":
-        nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]  # type: ignore[no-untyped-call]
-        # redis-py's sync cluster client connects when it is built; build it on
-        # first use instead, so a brake made while the cluster is down still
-        # starts (its checks go to the failure policy until the cluster answers).
-        return LazyClient(lambda: redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs))
+
+def _async_kwargs(parsed: ParsedURL, timeout: float) -> dict[str, Any]:
+    return _common(parsed, timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
+
+
+def _memory_sync(parsed: ParsedURL, timeout: float) -> Any:
+    import fakeredis
+
+    return fakeredis.FakeRedis(server=memory_server(parsed.path))
+
+
+def _memory_async(parsed: ParsedURL, timeout: float) -> Any:
+    import fakeredis
+
+    return fakeredis.FakeAsyncRedis(server=memory_server(parsed.path))
+
+
+def _single_sync(parsed: ParsedURL, timeout: float) -> Any:
+    client = redis.Redis(**_where(parsed, _sync_kwargs(parsed, timeout)))
+    return _limited(client, redis.BlockingConnectionPool, timeout, parsed)
+
+
+def _single_async(parsed: ParsedURL, timeout: float) -> Any:
+    client = redis.asyncio.Redis(**_where(parsed, _async_kwargs(parsed, timeout)))
+    return _limited(client, redis.asyncio.BlockingConnectionPool, timeout, parsed)
+
+
+def _cluster_sync(parsed: ParsedURL, timeout: float) -> Any:
+    kwargs = _sync_kwargs(parsed, timeout)
+    nodes = [redis.cluster.ClusterNode(h, p) for h, p in parsed.hosts]  # type: ignore[no-untyped-call]
+    # redis-py's sync cluster client connects when it is built; build it on
+    # first use instead, so a brake made while the cluster is down still
+    # starts (its checks go to the failure policy until the cluster answers).
+    return LazyClient(lambda: redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs))
+
+
+def _cluster_async(parsed: ParsedURL, timeout: float) -> Any:
+    nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
+    return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **_async_kwargs(parsed, timeout))
+
+
+def _sentinel_sync(parsed: ParsedURL, timeout: float) -> Any:
+    kwargs = _sync_kwargs(parsed, timeout)
     sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout, kwargs["retry"]), **kwargs
     )
     return sentinel.master_for(parsed.path, db=parsed.db)  # type: ignore[no-untyped-call]
 
 
-def async_client(url: str | ParsedURL, timeout: float) -> Any:
-    """A redis.asyncio (or fakeredis) client for `url`."""
-    parsed = parse_url(url) if isinstance(url, str) else url
-    if parsed.kind == "memory":
-        import fakeredis
-
-        return fakeredis.FakeAsyncRedis(server=memory_server(parsed.path))
-    kwargs = _common(parsed, timeout, redis.asyncio.retry.Retry(NoBackoff(), 1))
-    if parsed.kind in ("redis", "unix"):
-        client = redis.asyncio.Redis(**_where(parsed, kwargs))
-        return _limited(client, redis.asyncio.BlockingConnectionPool, timeout, parsed)
-    if parsed.kind == "cluster":
-        nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in parsed.hosts]
-        return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **kwargs)
+def _sentinel_async(parsed: ParsedURL, timeout: float) -> Any:
+    kwargs = _async_kwargs(parsed, timeout)
     sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout, kwargs["retry"]), **kwargs
     )
     return sentinel.master_for(parsed.path, db=parsed.db)
+
+
+def _standard(parsed: ParsedURL) -> str:
+    return "redis"
+
+
+@dataclass(frozen=True, slots=True)
+class Connector:
+    """How one backend kind (`ParsedURL.kind`) is reached: its sync and asyncio clients, built from a
+    parsed URL and the brake's timeout, and the variant of the script its server runs (see script.py)."""
+
+    sync: Callable[[ParsedURL, float], Any]
+    asynchronous: Callable[[ParsedURL, float], Any]
+    script_variant: Callable[[ParsedURL], str] = _standard
+
+
+#: The connectors by backend kind, as `urls.SCHEMES` maps each URL scheme to a kind (a new backend: a
+#: scheme there, a connector here).
+CONNECTORS: dict[str, Connector] = {
+    "memory": Connector(_memory_sync, _memory_async),
+    "redis": Connector(_single_sync, _single_async),
+    "unix": Connector(_single_sync, _single_async),
+    "cluster": Connector(_cluster_sync, _cluster_async),
+    "sentinel": Connector(_sentinel_sync, _sentinel_async),
+}
+
+
+def connector(url: str | ParsedURL) -> Connector:
+    """The connector of `url`'s backend kind."""
+    return CONNECTORS[(parse_url(url) if isinstance(url, str) else url).kind]
+
+
+def script_variant(url: ParsedURL) -> str:
+    """The variant of the script the server at `url` runs (see script.VARIANTS)."""
+    return CONNECTORS[url.kind].script_variant(url)
+
+
+def sync_client(url: str | ParsedURL, timeout: float) -> Any:
+    """A redis-py (or fakeredis) client for `url`, sync flavour."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    return CONNECTORS[parsed.kind].sync(parsed, timeout)
+
+
+def async_client(url: str | ParsedURL, timeout: float) -> Any:
+    """A redis.asyncio (or fakeredis) client for `url`."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    return CONNECTORS[parsed.kind].asynchronous(parsed, timeout)

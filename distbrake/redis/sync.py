@@ -14,6 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
+from functools import partial
 from typing import Any, Unpack
 
 import redis
@@ -23,26 +24,25 @@ from redis.crc import key_slot
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
 from ..policy import NO_TRY
+from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
-from .base import BACKEND_ERRORS, DistributedBase
+from .base import DistributedBase
 from .batch import exchange
 from .connect import ATTEMPT_SHARE, LazyClient, sync_client
 from .topology import (
-    INTERNAL_ERRORS,
-    REDIRECT_ERRORS,
+    RETRY,
+    UNROUTED,
+    after_fast_path,
     is_topology_error,
     refresh_topology,
     retry_after,
     topology_error,
 )
-from .wire import resp_script_load, script_sha, script_source
 
 __all__ = ["DistributedBrake"]
 
 SCAN_BATCH = 500
-# A key the slot map cannot place right now (a slot not covered, a node without a client yet).
-_UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
 # This process's pid, kept current in a forked child (no syscall per check).
 _PID = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
@@ -79,7 +79,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in Redis (one EVALSHA) and judge it; the failure policy if Redis fails."""
         key, argv, packed = self.encode(call)  # before a probe may be claimed: nothing between it and the try
-        ticket = self.failures.health.attempt()
+        ticket = self.failures.breaker.attempt()
         if ticket == NO_TRY:
             return self.without_redis(call, None)
         try:
@@ -88,10 +88,10 @@ class DistributedBrake(SyncCheck, DistributedBase):
                 else self._on_cluster(key, argv, packed) if self._cluster
                 else self._evalsha(key, argv)
             )
-        except BACKEND_ERRORS as error:
+        except REDIS_FAILURES as error:
             return self.without_redis(call, error, ticket)
         except BaseException:  # interrupted: a probe must not stay claimed forever
-            self.failures.health.abandoned(ticket)
+            self.failures.breaker.abandoned(ticket)
             raise
         return self.verdict(call, reply, ticket)
 
@@ -111,7 +111,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
                 self._on_cluster(key, argv, packed)
             else:
                 self._evalsha(key, argv)
-        except BACKEND_ERRORS as error:
+        except REDIS_FAILURES as error:
             self.observation_failed(error)
 
     def _on_cluster(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
@@ -130,14 +130,15 @@ class DistributedBrake(SyncCheck, DistributedBase):
             # The slot map as the client keeps it, read without its lock: a stale entry is a MOVED.
             node = nodes.slots_cache[key_slot(key.encode("utf-8"))][0]
             pool = node.redis_connection.connection_pool
-        except _UNROUTED:
+        except UNROUTED:
             return self._evalsha(key, argv)
         try:
             return self._on_connection(packed, pool, node.name)
-        except REDIRECT_ERRORS:
-            return self._evalsha(key, argv, sent=True)
-        except (redis.exceptions.ClusterDownError, redis.exceptions.ConnectionError):
-            return self._evalsha(key, argv)
+        except Exception as error:
+            step = after_fast_path(error)  # the redirect rule the asyncio brake follows too
+            if step is None:
+                raise
+            return self._evalsha(key, argv, sent=step == RETRY)
 
     def _evalsha(self, key: str, argv: tuple[bytes | int, ...], *, sent: bool = False) -> Any:
         """EVALSHA through the client (Cluster routes it); NOSCRIPT loads and sends again.
@@ -150,13 +151,11 @@ class DistributedBrake(SyncCheck, DistributedBase):
         carries its call id, so a resent check that did reach Redis is a replay.
         `sent`: the check was sent once already (`_on_cluster`) and redirected: only the retry is left.
         """
+        client, script = self.client, self.script
+
         def once() -> Any:
-            try:
-                return self.client.evalsha(script_sha(), 1, key, *argv)
-            except redis.exceptions.NoScriptError:
-                self.recorder.script_load()
-                self.client.script_load(script_source())
-                return self.client.evalsha(script_sha(), 1, key, *argv)
+            return script.run(lambda: client.evalsha(script.sha, 1, key, *argv),
+                              lambda: client.script_load(script.text))
 
         if not sent:
             try:
@@ -203,9 +202,8 @@ class DistributedBrake(SyncCheck, DistributedBase):
                     try:
                         return exchange(connection, packed)
                     except redis.exceptions.NoScriptError:
-                        self.recorder.script_load()
-                        exchange(connection, resp_script_load())
-                        return exchange(connection, packed)
+                        return self.script.resend(partial(exchange, connection, packed),
+                                                  partial(exchange, connection, self.script.load_command))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     connection.disconnect()
                     # Again only if a whole attempt still fits the check's timeout (a connect that

@@ -25,9 +25,14 @@ import redis
 import redis.exceptions
 
 __all__ = [
+    "CAREFUL",
+    "CAREFUL_ERRORS",
     "INTERNAL_ERRORS",
     "REDIRECT_ERRORS",
+    "RETRY",
+    "UNROUTED",
     "ClusterTopologyError",
+    "after_fast_path",
     "arefresh_topology",
     "is_topology_error",
     "refresh_topology",
@@ -45,6 +50,18 @@ REDIRECT_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.AskError,
     redis.exceptions.TryAgainError,
 )
+
+#: Errors of a command sent straight to a master (the brakes' fast cluster paths) that send it again the
+#: careful way, through redis-py's cluster client: the cluster is down for now, the master has no script
+#: (a promoted replica), or its connection was lost.
+CAREFUL_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.NoScriptError,
+    redis.exceptions.ConnectionError,
+)
+#: A key the slot map cannot place right now (a slot not covered, a map being rebuilt): the careful way too.
+UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
+RETRY, CAREFUL = "retry", "careful"
 
 _REDIS_DIR = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
 _CLUSTER_FILES = frozenset({
@@ -86,6 +103,22 @@ def is_topology_error(error: object) -> bool:
 def retry_after(error: object) -> bool:
     """Whether a cluster command that failed with `error` is worth one more try after a refresh."""
     return isinstance(error, REDIRECT_ERRORS) or is_topology_error(error)
+
+
+def after_fast_path(error: object) -> str | None:
+    """The one Cluster redirect rule of the sync and asyncio brakes: what to do with a command sent straight
+    to its master (by the slot map) that failed with `error`.
+
+    `RETRY`: a redirect (MOVED, ASK, TRYAGAIN) or a failure inside redis-py's cluster client: once more
+    after the slot map is read again (then a second failure is the backend's); `CAREFUL`: sent again
+    through redis-py's cluster client, which follows redirects itself (`CAREFUL_ERRORS`); None: the
+    backend failing (a timeout, a refusal), for the failure policy.
+    """
+    if retry_after(error):
+        return RETRY
+    if isinstance(error, CAREFUL_ERRORS):
+        return CAREFUL
+    return None
 
 
 def topology_error(error: BaseException) -> ClusterTopologyError:

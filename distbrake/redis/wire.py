@@ -1,7 +1,9 @@
-"""The Redis step without I/O: key derivation, the script, ARGV in, reply out.
+"""The Redis step without I/O: key derivation, ARGV in, reply out, RESP packing.
 
 Everything the sync and async distributed brakes share about talking to
-Redis lives here, so the two only send and receive.
+Redis lives here, so the two only send and receive. Every ARGV slot, byte
+range and reply code is named in `contract.py` (the twin of lua/brake.lua's
+header); the script itself is `script.py`'s.
 """
 
 from __future__ import annotations
@@ -14,12 +16,27 @@ import re
 import uuid
 from collections.abc import Sequence
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import cast
 
 from ..core import Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
+from .contract import (
+    ABOUT_PACKED_UUID,
+    CALL_HASH_END,
+    CALL_TTL_END,
+    FIELDS,
+    H_PREVIOUS_END,
+    H_TTL_END,
+    ID_BYTES,
+    MODE_CHECK,
+    MODE_CYCLES,
+    MODE_OBSERVE,
+    REPLY_COUNT,
+    REPLY_COUNT_SHIFT,
+    REPLY_REPLAYED,
+    RING_ENTRY,
+)
+from .script import brake_script, bulk, script_source
 
 __all__ = [
     "FIELDS",
@@ -40,34 +57,29 @@ __all__ = [
     "session_key",
 ]
 
-SCRIPT_FILE = "brake.lua"
 SESSION_BYTES = 128  # longest session id kept for inspection (the key is always a hash)
 TOOL_BYTES = 64  # longest tool name kept for inspection
 KEY_CHARS = 18  # base64url characters of sha256(session id) in the key: 108 bits
-FIELDS = (b"s", b"h", b"j")  # see lua/brake.lua
+PREFIX_BYTES = 6  # bytes of the call hash shown as its hash prefix (12 hex characters)
+_HASH_HEX = 2 * CALL_HASH_END  # hex characters of the digest kept in ARGV[CALL]
+_ID_BITS = 8 * ID_BYTES
 
 
-@lru_cache(maxsize=1)
 def script_sha() -> str:
-    """SHA1 of the script: what EVALSHA names it by, the same on every server."""
-    return hashlib.sha1(script_source().encode("utf-8")).hexdigest()  # Redis names scripts by SHA1
+    """SHA1 of the standard script (`lua/brake.lua`): what EVALSHA names it by, the same on every server."""
+    return brake_script().sha
 
 
-def _bulk(value: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(value), value)
+_bulk = bulk
 
 
-@lru_cache(maxsize=1)
-def _evalsha_head() -> bytes:
-    return b"$7\r\nEVALSHA\r\n" + _bulk(script_sha().encode("ascii")) + b"$1\r\n1\r\n"
-
-
-def resp_evalsha(key: str, argv: tuple[bytes | int, ...]) -> bytes:
+def resp_evalsha(key: str, argv: tuple[bytes | int, ...], head: bytes | None = None) -> bytes:
     """One `EVALSHA <sha> 1 key argv...` in Redis's wire format: what the brakes write straight to a
-    connection (a check's and an observation's come packed from `encode_call`; a run's from here)."""
+    connection (a check's and an observation's come packed from `encode_call`; a run's from here).
+    `head`: the script's `evalsha_head` (see script.py; the standard script's by default)."""
     return b"".join((
-        _array(4 + len(argv)), _evalsha_head(), _bulk(key.encode("utf-8")), _bulk(cast(bytes, argv[0])),
-        _packed_rest(argv[1:]),
+        _array(4 + len(argv)), head or brake_script().evalsha_head, _bulk(key.encode("utf-8")),
+        _bulk(cast(bytes, argv[0])), _packed_rest(argv[1:]),
     ))
 
 
@@ -77,19 +89,8 @@ def _packed_rest(rest: tuple[bytes | int, ...]) -> bytes:
 
 
 def resp_script_load() -> bytes:
-    """`SCRIPT LOAD <source>` in wire format (after a NOSCRIPT reply)."""
-    source = script_source().encode("utf-8")
-    return b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n" + _bulk(source)
-
-
-@lru_cache(maxsize=1)
-def script_source() -> str:
-    """The text of `lua/brake.lua`: from the installed wheel, else the source tree."""
-    packaged = resources.files("distbrake").joinpath("lua", SCRIPT_FILE)
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    tree = Path(__file__).resolve().parents[2] / "lua" / SCRIPT_FILE
-    return tree.read_text(encoding="utf-8")
+    """`SCRIPT LOAD <source>` of the standard script in wire format."""
+    return brake_script().load_command
 
 
 def _utf8(text: str) -> bytes:
@@ -126,8 +127,8 @@ def _call_id_bytes(call_id: str | None) -> bytes:
     # Without a host call id, each check gets a random one, so that a retry
     # of this very check after a lost reply is still counted once.
     if call_id is None:
-        return _ids.getrandbits(40).to_bytes(5, "big")
-    return hashlib.blake2b(_utf8(call_id), digest_size=5).digest()
+        return _ids.getrandbits(_ID_BITS).to_bytes(ID_BYTES, "big")
+    return hashlib.blake2b(_utf8(call_id), digest_size=ID_BYTES).digest()
 
 
 def _cut(text: str, limit: int) -> bytes:
@@ -146,26 +147,27 @@ Encoded = tuple[str, tuple[bytes | int, ...], bytes]
 
 def encode_call(
     call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None = None,
-    result: bytes | None = None,
+    result: bytes | None = None, head: bytes | None = None,
 ) -> Encoded:
-    """KEYS[1], ARGV and the packed EVALSHA (as `resp_evalsha` packs it) of a check (see the header of lua/brake.lua).
+    """KEYS[1], ARGV and the packed EVALSHA (as `resp_evalsha` packs it) of a check (see contract.py).
 
-    Of ARGV, only the call hash and the call id in ARGV[1] change between the
+    Of ARGV, only the call hash and the call id in ARGV[CALL] change between the
     checks of one session and tool: the key, the rest of ARGV and their packed
     parts are made once and kept for the last CACHED_CALLS (session, tool,
     rules), one look-up per check. `cycles`: (max_cycle_period,
-    cycle_repeats) when the cycle rule is on; it adds ARGV[7] and ARGV[8].
-    `result`: the tool result's digest of an observation (ARGV[7]; no cycle arguments then).
+    cycle_repeats) when the cycle rule is on: MODE_CYCLES, with ARGV[LONGEST] and ARGV[REPEATS].
+    `result`: the tool result's digest of an observation (MODE_OBSERVE, ARGV[RESULT]; no cycle arguments then).
+    `head`: the brake's script's `evalsha_head` (see script.py; the standard script's by default).
     """
     session, tool = call.session_id, call.tool_name
     fixed = _fixed if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT else _fixed.__wrapped__
     key, rest, ttl, body, tail = fixed(
         session, tool, call.max_repeats, call.warn_at, call.enforce, call.progress, key_prefix, ttl_ms, window_ms,
-        cycles if result is None else None)
-    first = bytes.fromhex(call.digest[:32]) + ttl + _call_id_bytes(call.call_id)
+        cycles if result is None else None, result is not None, head or brake_script().evalsha_head)
+    first = bytes.fromhex(call.digest[:_HASH_HEX]) + ttl + _call_id_bytes(call.call_id)
     argv: tuple[bytes | int, ...] = (first, *rest) if result is None else (first, *rest, result)
     if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
-        return key, argv, resp_evalsha(key, argv)
+        return key, argv, resp_evalsha(key, argv, head)
     packed = b"".join((_array(4 + len(argv)), body, first, tail))
     return key, argv, packed if result is None else packed + _bulk(result)
 
@@ -173,21 +175,23 @@ def encode_call(
 @lru_cache(maxsize=CACHED_CALLS)
 def _fixed(
     session_id: str, tool_name: str, max_repeats: int, warn_at: int | None, enforce: bool, progress: bool,
-    key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None,
+    key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None, observe: bool, head: bytes,
 ) -> tuple[str, tuple[bytes | int, ...], bytes, bytes, bytes]:
     """What `encode_call` makes once per (session, tool, rules): key, ARGV[2:], the ttl's bytes, and the
-    packed EVALSHA's parts around ARGV[1] (after the array's length; from the key to ARGV[1]'s length, and
+    packed EVALSHA's parts around ARGV[CALL] (after the array's length; from the key to its length, and
     the rest). About 0.9 KB with a UUID session id and a short tool name, up to ~3 KB for names near
     CACHED_TEXT characters."""
     key = session_key(session_id, key_prefix)
+    mode = MODE_OBSERVE if observe else MODE_CHECK if cycles is None else MODE_CYCLES
+    # ARGV[MODE:JUDGED] (see contract.py), in order
     rest: tuple[bytes | int, ...] = (
-        max_repeats, ttl_ms, about(tool_name, session_id), window_ms,
+        mode, max_repeats, ttl_ms, about(tool_name, session_id), window_ms,
         judged_by(max_repeats, warn_at, enforce, progress),
     )
     if cycles is not None:
-        rest = (*rest, *cycles)
-    body = _evalsha_head() + _bulk(key.encode("utf-8")) + b"$%d\r\n" % CALL_BYTES
-    return key, rest, ttl_ms.to_bytes(5, "big"), body, b"\r\n" + _packed_rest(rest)
+        rest = (*rest, *cycles)  # ARGV[LONGEST], ARGV[REPEATS]
+    body = head + _bulk(key.encode("utf-8")) + b"$%d\r\n" % CALL_BYTES
+    return key, rest, ttl_ms.to_bytes(CALL_TTL_END - CALL_HASH_END, "big"), body, b"\r\n" + _packed_rest(rest)
 
 
 @lru_cache(maxsize=16)
@@ -197,11 +201,11 @@ def _array(size: int) -> bytes:
 
 
 UUID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-PACKED_UUID = 0x80  # in ARGV[4]'s first byte: the session id's UUIDs are packed (the tool's length is <= 64)
+PACKED_UUID = ABOUT_PACKED_UUID  # in ARGV[ABOUT]'s first byte: the session id's UUIDs are packed (tool <= 64 bytes)
 
 
 def about(tool_name: str, session_id: str) -> bytes:
-    """ARGV[4], the field s: the tool's length byte, the tool name (<= 64 bytes), the session id (<= 128 bytes).
+    """ARGV[ABOUT], the field s: the tool's length byte, the tool name (<= 64 bytes), the session id (<= 128 bytes).
 
     Every canonical lowercase UUID in the session id is kept as a zero byte
     and its 16 bytes (flagged by PACKED_UUID in the first byte), which keeps
@@ -236,7 +240,7 @@ def _unpack_session(data: bytes) -> bytes:
 
 @lru_cache(maxsize=256)
 def judged_by(max_repeats: int, warn_at: int | None, enforce: bool, progress: bool = False) -> bytes:
-    """ARGV[6]: what a check is judged by, as the record keeps it ("3", "5w2s", "5p" for a progress-aware tool)."""
+    """ARGV[JUDGED]: what a check is judged by, as the record keeps it ("3", "5w2s", "5p" for a progress-aware tool)."""
     return b"%d%s%s%s" % (
         max_repeats, b"w%d" % warn_at if warn_at else b"", b"" if enforce else b"s", b"p" if progress else b""
     )
@@ -245,8 +249,8 @@ def judged_by(max_repeats: int, warn_at: int | None, enforce: bool, progress: bo
 _JUDGED = re.compile(rb"([0-9]{1,18})(?:w([0-9]{1,18}))?(s?)p?")
 
 
-CALL_HEAD = 21  # bytes of ARGV[1] before the call ids: call hash (16) and ttl (5)
-CALL_BYTES = CALL_HEAD + 5  # ARGV[1] of one check: and its call id's 5 bytes
+CALL_HEAD = CALL_TTL_END  # bytes of ARGV[CALL] before the call ids: call hash and ttl
+CALL_BYTES = CALL_HEAD + ID_BYTES  # ARGV[CALL] of one check: and its call id
 
 
 def encode_run(argvs: Sequence[tuple[bytes | int, ...]]) -> tuple[bytes | int, ...]:
@@ -262,8 +266,8 @@ def run_replies(reply: object, size: int) -> list[object]:
     """The script's reply to a run of `size` calls, as the reply each call would have had alone."""
     if size == 1 or not isinstance(reply, int) or isinstance(reply, bool):
         return [reply] * size
-    last, replayed = reply >> 2, reply & 1
-    return [((last - size + 1 + i) << 2) | replayed for i in range(size)]
+    last, replayed = reply >> REPLY_COUNT_SHIFT, reply & REPLY_REPLAYED
+    return [((last - size + 1 + i) << REPLY_COUNT_SHIFT) | replayed for i in range(size)]
 
 
 def decode_reply(reply: object, repeats: int = 0) -> tuple[int, bool, Cycle | None]:
@@ -275,19 +279,19 @@ def decode_reply(reply: object, repeats: int = 0) -> tuple[int, bool, Cycle | No
     cycle = None
     if isinstance(reply, list):
         reply, cycle = _decode_cycle(reply, repeats)
-    if not isinstance(reply, int) or isinstance(reply, bool) or reply < 4:
+    if not isinstance(reply, int) or isinstance(reply, bool) or reply < REPLY_COUNT:
         raise ScriptReplyError(f"unexpected reply from the brake script: {type(reply).__name__}")
-    return reply >> 2, bool(reply & 1), cycle
+    return reply >> REPLY_COUNT_SHIFT, bool(reply & REPLY_REPLAYED), cycle
 
 
 def _decode_cycle(reply: list[object], repeats: int) -> tuple[object, Cycle]:
-    code, period, entries, names = (*reply, None, None, None, None)[:4]
+    code, period, entries, names = (*reply, None, None, None, None)[:4]  # contract.CYCLE_REPLY
     # Hex and names as bytes, or as str from a client that decodes replies (decode_responses=True).
     hex_text = entries.decode("ascii", "replace") if isinstance(entries, bytes) else entries
     packed = names.encode("utf-8", "surrogatepass") if isinstance(names, str) else names
     if not (
         isinstance(period, int) and period >= 2 and isinstance(hex_text, str)
-        and len(hex_text) == 12 * period and isinstance(packed, bytes)
+        and len(hex_text) == 2 * RING_ENTRY * period and isinstance(packed, bytes)
     ):
         raise ScriptReplyError("unexpected cycle reply from the brake script")
     tools, at = [], 0
@@ -296,7 +300,7 @@ def _decode_cycle(reply: list[object], repeats: int) -> tuple[object, Cycle]:
         at += 1 + packed[at]
     if len(tools) != period:
         raise ScriptReplyError("unexpected cycle reply from the brake script")
-    prefixes = tuple(hex_text[i:i + 12] for i in range(0, len(hex_text), 12))
+    prefixes = tuple(hex_text[i:i + 2 * RING_ENTRY] for i in range(0, len(hex_text), 2 * RING_ENTRY))
     return code, Cycle(period, repeats, prefixes, tuple(tools))
 
 
@@ -313,7 +317,7 @@ def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> Sessi
     without j (written by a version before it) has no limit of its own.
     """
     packed, record, judged = (*fields, None)[:3]
-    if not isinstance(record, bytes) or len(record) < 32 or not record[31:].isdigit():
+    if not isinstance(record, bytes) or len(record) <= H_TTL_END or not record[H_TTL_END:].isdigit():
         return None
     field = packed if isinstance(packed, bytes) and packed else b"\x00"
     tool_end = 1 + (field[0] & ~PACKED_UUID)
@@ -321,15 +325,15 @@ def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> Sessi
     if field[0] & PACKED_UUID:
         session = _unpack_session(session)
     left_ms = pttl_ms if isinstance(pttl_ms, int) and pttl_ms >= 0 else None
-    ttl_ms = int.from_bytes(record[26:31], "big")
+    ttl_ms = int.from_bytes(record[H_PREVIOUS_END:H_TTL_END], "big")
     # The last check set the expiry to its own time + ttl, on Redis's clock.
     updated = now - (ttl_ms - left_ms) / 1000 if left_ms is not None else now
     match = _JUDGED.fullmatch(judged) if isinstance(judged, bytes) else None
     return SessionState(
         session_id=_text(session),
         tool_name=_text(field[1:tool_end]),
-        hash_prefix=record[:6].hex(),
-        count=int(record[31:]),
+        hash_prefix=record[:PREFIX_BYTES].hex(),
+        count=int(record[H_TTL_END:]),
         ttl_seconds=None if left_ms is None else left_ms / 1000,
         updated_at=round(updated, 3),
         max_repeats=int(match.group(1)) if match else None,

@@ -3,7 +3,7 @@
 `FailureHandler` (policy.py) reports each change once per outage: `degraded`
 with the error that began it, `recovered` when Redis answers again. A wrong
 password or a refused ACL is a configuration error, not an outage, and is
-named so in the log line and in `last_error`.
+named so in the log line and in `last_error` (the meaning of an error is `redis_errors.py`'s to say).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-import redis.exceptions
-
+from ..redis_errors import classify
 from .callbacks import Callback, run_callback
 
 __all__ = ["BrakeHealth", "HealthWatch", "Healthy", "configuration_problem", "error_name"]
@@ -48,19 +47,12 @@ class BrakeHealth:
 
 def configuration_problem(error: BaseException) -> str | None:
     """"wrong password" or "ACL refusal" when `error` is a configuration error, not an outage."""
-    text = str(error)
-    if isinstance(error, redis.exceptions.AuthenticationError) or text.startswith(("NOAUTH", "WRONGPASS")):
-        return "wrong password"
-    if isinstance(error, redis.exceptions.NoPermissionError) or text.startswith("NOPERM"):
-        return "ACL refusal"
-    return None
+    return classify(error).problem
 
 
 def error_name(error: BaseException) -> str:
     """The error's class name, with "(configuration: ...)" when it is not an outage."""
-    problem = configuration_problem(error)
-    name = type(error).__name__
-    return name if problem is None else f"{name} (configuration: {problem})"
+    return classify(error).name
 
 
 class HealthWatch:
@@ -82,10 +74,11 @@ class HealthWatch:
 
     def degraded(self, error: BaseException) -> None:
         """The first failure of an outage (called once per outage)."""
-        name = error_name(error)
+        classified = classify(error)
+        name = classified.name
         with self._lock:
             self._health = BrakeHealth("degraded", time.time(), name, self._policy)
-        problem = configuration_problem(error)
+        problem = classified.problem
         cause = (
             f"Redis refused the brake ({name}): a configuration error, not an outage; fix the URL's "
             "credentials or the user's ACL" if problem else f"Redis unreachable ({name})"

@@ -127,8 +127,8 @@ def sync_check_raw(
 # The commands a check needs on its record, and no logic: the least a script keeping this record can cost.
 COMMANDS_ONLY = """local key = KEYS[1]
 redis.call('HGET', key, 'h')
-redis.call('HSET', key, 'h', ARGV[1], 'j', ARGV[6])
-redis.call('PEXPIRE', key, ARGV[3])
+redis.call('HSET', key, 'h', ARGV[1], 'j', ARGV[7])
+redis.call('PEXPIRE', key, ARGV[4])
 return 4"""
 
 

@@ -44,8 +44,7 @@ AnyBrake = TypeVar("AnyBrake", DistributedBrake, AsyncDistributedBrake)
 
 def bench_brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeout: float) -> AnyBrake:
     """A brake of `kind` on `backend`'s server under `prefix`, failing closed (as `from_url` makes it)."""
-    return kind(kind.connect(backend.parsed_url, timeout), url=backend.url, key_prefix=prefix,
-                timeout_seconds=timeout, on_backend_error="closed")
+    return kind.from_url(backend.url, key_prefix=prefix, timeout_seconds=timeout, on_backend_error="closed")
 
 
 def _is_memory(backend: BrakeSettings) -> bool:

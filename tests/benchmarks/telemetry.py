@@ -58,8 +58,8 @@ def _pair(kind: type[Any], backend: BrakeSettings, timeout: float, provider: Any
     """(off, on): two brakes of `kind` on the backend, each under a prefix of its own, failing closed."""
     def make(**options: Any) -> Any:
         prefix = f"bnch{uuid.uuid4().hex[:5]}"
-        return kind(kind.connect(backend.parsed_url, timeout), url=backend.url, key_prefix=prefix,
-                    timeout_seconds=timeout, on_backend_error="closed", **options)
+        return kind.from_url(backend.url, key_prefix=prefix, timeout_seconds=timeout, on_backend_error="closed",
+                             **options)
 
     return make(otel=False), make(meter_provider=provider)
 

@@ -1,0 +1,115 @@
+"""The brake's Lua script as an object: its text, its SHA, its packed EVALSHA head, and load-on-NOSCRIPT.
+
+Modelled on redis-py's `Script`: EVALSHA first, and on NOSCRIPT (a flushed
+script cache, a restarted or failed-over server) SCRIPT LOAD and send again
+(`Script.resend` for one command, `Script.aresend` for an asyncio batch: the
+one reload-and-resend rule of the sync and asyncio brakes). Each brake has a
+`Script` of its own, chosen when it is built (`script_for`): the text a server
+needs may differ from `lua/brake.lua` by a prefix (a *variant*, e.g. a
+shebang line some managed servers want), and its SHA and the bytes packed
+from it are the brake's, never the process's.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis.exceptions
+
+__all__ = ["SCRIPT_FILE", "VARIANTS", "Script", "brake_script", "bulk", "script_for", "script_source"]
+
+SCRIPT_FILE = "brake.lua"
+
+T = TypeVar("T")
+Q = TypeVar("Q")
+
+#: The text put before `lua/brake.lua` for each variant of the script a server may need ("" for Redis itself).
+VARIANTS: dict[str, str] = {"redis": ""}
+
+
+def bulk(value: bytes) -> bytes:
+    """A RESP bulk string."""
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def _nothing() -> None:
+    pass
+
+
+class Script:
+    """One text of the brake's script, as one brake sends it (see the module's docstring)."""
+
+    __slots__ = ("evalsha_head", "load_command", "on_load", "sha", "text", "variant")
+
+    def __init__(self, text: str, variant: str = "redis", on_load: Callable[[], None] = _nothing) -> None:
+        self.text = text
+        self.variant = variant
+        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()  # Redis names scripts by SHA1
+        # `EVALSHA <sha> 1` in wire format: what every packed check starts with, after the array's length.
+        self.evalsha_head = b"$7\r\nEVALSHA\r\n" + bulk(self.sha.encode("ascii")) + b"$1\r\n1\r\n"
+        # `SCRIPT LOAD <text>` in wire format (after a NOSCRIPT reply on a connection of our own).
+        self.load_command = b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n" + bulk(text.encode("utf-8"))
+        self.on_load = on_load  # told of each load after a NOSCRIPT (telemetry)
+
+    def __repr__(self) -> str:
+        return f"Script(variant={self.variant!r}, sha={self.sha[:12]!r})"
+
+    def telling(self, on_load: Callable[[], None]) -> Script:
+        """The same script, telling `on_load` of each load after a NOSCRIPT (a brake's telemetry)."""
+        told = copy.copy(self)
+        told.on_load = on_load
+        return told
+
+    def resend(self, send: Callable[[], T], load: Callable[[], object]) -> T:
+        """After `send` was answered NOSCRIPT: load the script (`load`) and `send` again."""
+        self.on_load()
+        load()
+        return send()
+
+    def run(self, send: Callable[[], T], load: Callable[[], object]) -> T:
+        """`send`, and on NOSCRIPT, `resend` (for paths off the hot one: the hot ones inline the try)."""
+        try:
+            return send()
+        except redis.exceptions.NoScriptError:
+            return self.resend(send, load)
+
+    async def aresend(
+        self, batch: Sequence[Q], replies: list[Any], send: Callable[[list[Q]], Awaitable[list[Any]]],
+        load: Callable[[], Awaitable[object]],
+    ) -> list[Any]:
+        """`replies` to `batch`, with each NOSCRIPT among them replaced: the script loaded once (`load`), and
+        those of `batch` sent again (`send`)."""
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:  # a flushed or new server: load the script, send those checks again
+            self.on_load()
+            await load()
+            for index, reply in zip(missing, await send([batch[i] for i in missing]), strict=True):
+                replies[index] = reply
+        return replies
+
+
+@lru_cache(maxsize=1)
+def script_source() -> str:
+    """The text of `lua/brake.lua`: from the installed wheel, else the source tree."""
+    packaged = resources.files("distbrake").joinpath("lua", SCRIPT_FILE)
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    tree = Path(__file__).resolve().parents[2] / "lua" / SCRIPT_FILE
+    return tree.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=len(VARIANTS) + 1)
+def brake_script(variant: str = "redis") -> Script:
+    """The script of `variant` (see VARIANTS), shared, telling nobody of its loads."""
+    return Script(VARIANTS[variant] + script_source(), variant)
+
+
+def script_for(variant: str, on_load: Callable[[], None]) -> Script:
+    """A brake's own script: the text of `variant`, telling `on_load` of each load after a NOSCRIPT."""
+    return brake_script(variant).telling(on_load)
