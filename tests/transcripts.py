@@ -217,7 +217,8 @@ def _four_digit_port() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite README.md's console blocks")
-    parser.add_argument("--all", action="store_true", help="also the blocks marked test=\"skip\" (recorded measurements)")
+    parser.add_argument("--all", action="store_true",
+                        help="also the blocks marked test=\"skip\" (recorded measurements)")
     options = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
