@@ -81,7 +81,9 @@ class _Writer:
 
     def _write_failed(self, error: BaseException) -> None:
         """A write that failed: an outage is the failure policy's news (DEBUG here); a refusal is said once."""
-        if "NOPERM" in str(error)[:40] or type(error).__name__ == "NoPermissionError":
+        from ..redis_errors import is_refusal  # the one classifier of Redis errors
+
+        if is_refusal(error):
             if not self._refusal_said:
                 self._refusal_said = True
                 logger.warning(
