@@ -180,7 +180,7 @@ class AdapterOptions:
         """The session of a call: `session_id(context)` when it names one, else `default(context)`."""
         return chosen_session(self.session_id, context, default)
 
-    def ends_run(self, error: LoopBrakeError) -> bool:
+    def ends_run(self, error: BaseException) -> bool:
         """Whether a refusal ends the run (the framework's way) rather than being shown to the model.
 
         The one place that decides it for every adapter: today `on_deny="raise"`.
