@@ -66,12 +66,10 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from ..errors import LoopBrakeError, UnsupportedArgumentsError
-from ..wrap import Brake, acheck
+from ..wrap import acheck
 from .kernel import (
     AdapterOptions,
     OnDeny,
-    Scope,
-    SessionIdFunction,
     requires,
     run_allowed,
     scoped_session,
@@ -153,16 +151,6 @@ class LoopBrakeMiddleware(AdapterOptions, FunctionMiddleware):
     """
 
     on_deny: OnDeny
-
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-    ) -> None:
-        AdapterOptions.__init__(self, brake, on_deny=on_deny, scope=scope, session_id=session_id)
 
     def _identify(self, context: FunctionInvocationContext) -> tuple[object, str | None]:
         """(session id, call id) of the call."""

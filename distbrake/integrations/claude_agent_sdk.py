@@ -87,10 +87,8 @@ class _Hooks(AdapterOptions):
 
     on_deny: OnDeny
 
-    def __init__(
-        self, brake: Brake, on_deny: OnDeny, scope: Scope, session_id: SessionIdFunction | None
-    ) -> None:
-        AdapterOptions.__init__(self, brake, on_deny=on_deny, scope=scope, session_id=session_id)
+    def configure(self, brake: Brake, on_deny: str, scope: Scope, session_id: SessionIdFunction | None) -> None:
+        AdapterOptions.configure(self, brake, on_deny, scope, session_id)
         self.pending = Pending(PENDING_LIMIT)
 
     def session_of(self, data: Mapping[str, Any]) -> object:
@@ -168,7 +166,7 @@ def loop_brake_hooks(
     `matcher` (a tool name or `"A|B"`; None: every tool) and `timeout` (seconds
     per hook call, the SDK's default when None) go to each `HookMatcher`.
     """
-    hooks = _Hooks(brake, on_deny, scope, session_id)
+    hooks = _Hooks(brake, on_deny=on_deny, scope=scope, session_id=session_id)
     return {
         "PreToolUse": [HookMatcher(matcher=matcher, hooks=[hooks.pre_tool_use], timeout=timeout)],
         "PostToolUse": [HookMatcher(matcher=matcher, hooks=[hooks.post_tool_use], timeout=timeout)],

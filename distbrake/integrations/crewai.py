@@ -123,7 +123,7 @@ class BrakeHooks(AdapterOptions):
     def __init__(
         self, brake: Brake, on_deny: OnDeny, scope: Scope, session_id: SessionIdFunction | None, scoped: bool
     ) -> None:
-        AdapterOptions.__init__(self, brake, on_deny=on_deny, scope=scope, session_id=session_id)
+        self.configure(brake, on_deny, scope, session_id)
         self.scoped = scoped
         self.active = True
         # Denials to raise before the next model call of the same agent and task (on_deny="raise"):

@@ -70,12 +70,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from ..errors import LoopBrakeError
-from ..wrap import Brake
-from .kernel import Scope, requires
+from .kernel import requires
 from .mcp import (
-    DEFAULT_CALL_ID_KEY,
     DEFAULT_META_KEY,
-    DEFAULT_RUN_KEY,
     ToolCallGate,
     principal_session,
     session_for,
@@ -145,27 +142,6 @@ class LoopBrakeMiddleware(ToolCallGate, Middleware):
     / `call_id_key` / `run_key` name the client `_meta` entries read for the
     session, the call id and the run id (None: don't read).
     """
-
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        meta_key: str | None = DEFAULT_META_KEY,
-        call_id_key: str | None = DEFAULT_CALL_ID_KEY,
-        run_key: str | None = DEFAULT_RUN_KEY,
-    ) -> None:
-        ToolCallGate.__init__(
-            self, brake, scope=scope, session_id=session_id, meta_key=meta_key, call_id_key=call_id_key,
-            run_key=run_key,
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(brake={self.brake!r}, scope={self.scope!r}, "
-            f"meta_key={self.meta_key!r})"
-        )
 
     def session(self, context: CallToolContext) -> object:
         """The session this call is counted in (None: distbrake's bound session or "default")."""

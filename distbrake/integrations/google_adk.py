@@ -103,7 +103,7 @@ class LoopBrakePlugin(AdapterOptions, BasePlugin):
         session_id: SessionIdFunction | None = None,
         name: str = "loop_brake",
     ) -> None:
-        AdapterOptions.__init__(self, brake, on_deny=on_deny, scope=scope, session_id=session_id)
+        self.configure(brake, on_deny, scope, session_id)
         BasePlugin.__init__(self, name=name)
 
     def session_of(self, tool_context: ToolContext) -> object:

@@ -148,11 +148,13 @@ class AdapterOptions:
     """The options every adapter takes (`brake`, `on_deny`, `scope`, `session_id`) and what it does with them.
 
     A base of each adapter class (or a helper object an adapter's functions
-    share): `__init__` checks the options at build time, `pick_session` applies the
+    share): the options are checked when the adapter is built (`configure`;
+    `ON_DENY` lists the adapter's `on_deny` choices), `pick_session` applies the
     session rule, `screen` checks a call, `ends_run` says whether a refusal
     ends the run.
     """
 
+    ON_DENY: tuple[str, ...] = ON_DENY
     brake: Brake
     on_deny: Any
     scope: Scope
@@ -162,12 +164,15 @@ class AdapterOptions:
         self,
         brake: Brake,
         *,
-        on_deny: str = "message",
+        on_deny: OnDeny = "message",
         scope: Scope = "run",
         session_id: SessionIdFunction | None = None,
-        choices: Iterable[str] = ON_DENY,
     ) -> None:
-        check_adapter_options(brake, on_deny, choices, scope, session_id)
+        self.configure(brake, on_deny, scope, session_id)
+
+    def configure(self, brake: Brake, on_deny: str, scope: Scope, session_id: SessionIdFunction | None) -> None:
+        """Check the options (`ConfigurationError`, `TypeError`) and keep them."""
+        check_adapter_options(brake, on_deny, self.ON_DENY, scope, session_id)
         self.brake = brake
         self.on_deny = on_deny
         self.scope = scope

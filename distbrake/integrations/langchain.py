@@ -214,7 +214,7 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
         session_id: SessionIdFunction | None = None,
         name: str | None = None,
     ) -> None:
-        AdapterOptions.__init__(self, brake, on_deny=on_deny, scope=scope, session_id=session_id)
+        self.configure(brake, on_deny, scope, session_id)
         self._name = name
 
     @property

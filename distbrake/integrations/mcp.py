@@ -250,6 +250,8 @@ class ToolCallGate(AdapterOptions):
     server cannot end the client's run).
     """
 
+    ON_DENY = ("tool-error",)
+
     def __init__(
         self,
         brake: Brake,
@@ -260,12 +262,16 @@ class ToolCallGate(AdapterOptions):
         call_id_key: str | None = DEFAULT_CALL_ID_KEY,
         run_key: str | None = DEFAULT_RUN_KEY,
     ) -> None:
-        AdapterOptions.__init__(
-            self, brake, on_deny="tool-error", scope=scope, session_id=session_id, choices=("tool-error",)
-        )
+        self.configure(brake, "tool-error", scope, session_id)
         self.meta_key = meta_key
         self.call_id_key = call_id_key
         self.run_key = run_key
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(brake={self.brake!r}, scope={self.scope!r}, "
+            f"meta_key={self.meta_key!r})"
+        )
 
     def session_in(
         self, context: Any, meta: Mapping[str, Any] | None, resolve: Callable[[Any], str | None]
@@ -385,7 +391,7 @@ def brake_call_tool(
     return braked
 
 
-class LoopBrakeExtension(Extension):
+class LoopBrakeExtension(_Gate, Extension):
     """The brake as an MCP extension interceptor (`MCPServer(extensions=[...])`).
 
     Same options as `brake_call_tool`. Its settings advertise the `_meta` keys
@@ -394,26 +400,11 @@ class LoopBrakeExtension(Extension):
 
     identifier = "dev.distbrake/loop-brake"
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        meta_key: str | None = DEFAULT_META_KEY,
-        call_id_key: str | None = DEFAULT_CALL_ID_KEY,
-        run_key: str | None = DEFAULT_RUN_KEY,
-    ) -> None:
-        self._gate = _Gate(
-        brake, scope=scope, session_id=session_id, meta_key=meta_key, call_id_key=call_id_key, run_key=run_key
-    )
-
     def settings(self) -> dict[str, Any]:
-        gate = self._gate
         return {
-            "sessionMetaKey": gate.meta_key,
-            "callIdMetaKey": gate.call_id_key,
-            "runIdMetaKey": gate.run_key if gate.scope == "run" else None,
+            "sessionMetaKey": self.meta_key,
+            "callIdMetaKey": self.call_id_key,
+            "runIdMetaKey": self.run_key if self.scope == "run" else None,
         }
 
     async def intercept_tool_call(
@@ -422,5 +413,5 @@ class LoopBrakeExtension(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> HandlerResult:
-        result: HandlerResult = await self._gate.run(ctx, params, lambda: call_next(ctx))
+        result: HandlerResult = await self.run(ctx, params, lambda: call_next(ctx))
         return result

@@ -135,6 +135,15 @@ _allowed: Handoff[str | None] = Handoff("distbrake_openai_agents_allowed", _same
 _RUN_ATTRIBUTE = "_distbrake_run_id"
 
 
+class _Options(AdapterOptions):
+    """The options of one guardrail (`on_deny` is `"reject"` or `"raise"`)."""
+
+    ON_DENY = get_args(OnDeny)
+
+    def __init__(self, brake: Brake, on_deny: OnDeny, scope: Scope, session_id: SessionIdFunction | None) -> None:
+        self.configure(brake, on_deny, scope, session_id)
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -219,7 +228,7 @@ def loop_brake_guardrail(
     `ToolInputGuardrailTripwireTriggered`. `scope` is `"run"` or
     `"conversation"`; `session_id(data)` overrides it (see the module text).
     """
-    options = AdapterOptions(brake, on_deny=on_deny, scope=scope, session_id=session_id, choices=get_args(OnDeny))
+    options = _Options(brake, on_deny, scope, session_id)
 
     def default_session(data: ToolInputGuardrailData) -> str | None:
         return scoped_session(scope, resolve_session(data), run_id(data) if scope == "run" else None)
@@ -337,7 +346,7 @@ def attach_loop_brake(
     halves the limit. Tools of `agent.mcp_servers`, handoffs and hosted tools
     are not touched.
     """
-    AdapterOptions(brake, on_deny=on_deny, scope=scope, session_id=session_id, choices=get_args(OnDeny))
+    _Options(brake, on_deny, scope, session_id)
     for tool in agent.tools:
         if isinstance(tool, FunctionTool):
             brake_function_tool(

@@ -76,8 +76,6 @@ from .kernel import (
     AdapterOptions,
     Handoff,
     OnDeny,
-    Scope,
-    SessionIdFunction,
     requires,
     scoped_session,
     settle,
@@ -143,16 +141,6 @@ class LoopBrakeCapability(AdapterOptions, AbstractCapability[Any]):
     """
 
     on_deny: OnDeny
-
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-    ) -> None:
-        AdapterOptions.__init__(self, brake, on_deny=on_deny, scope=scope, session_id=session_id)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:

@@ -87,15 +87,8 @@ class LoopBrakeHook(AdapterOptions, HookProvider):
 
     on_deny: OnDeny
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-    ) -> None:
-        AdapterOptions.__init__(self, brake, on_deny=on_deny, scope=scope, session_id=session_id)
+    def configure(self, brake: Brake, on_deny: str, scope: Scope, session_id: SessionIdFunction | None) -> None:
+        AdapterOptions.configure(self, brake, on_deny, scope, session_id)
         # Allowed calls' verdicts, by call id, until their AfterToolCallEvent takes them.
         self._allowed = Pending()
 
