@@ -1,16 +1,107 @@
-"""What every framework adapter's tests check the same way: options refused at build time, the install hint
-when its extra is missing, and `import distbrake` never importing the framework."""
+"""What every framework adapter's tests share: the adapters and where they are collected, the driver each
+adapter module gives the contract test (`tests/test_adapter_contract.py`), options refused at build time, the
+install hint when its extra is missing, and `import distbrake` never importing the framework."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import itertools
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import pytest
 
 from distbrake import ConfigurationError, LoopBrake
+
+# Every framework adapter: its module under distbrake.integrations, the framework package it needs, and its
+# test module's marks (the framework's own warnings), for the contract test, which runs them all.
+ADAPTERS: dict[str, tuple[str, list[pytest.MarkDecorator]]] = {
+    "langchain": ("langchain", []),
+    "pydantic_ai": ("pydantic_ai", []),
+    "fastmcp": ("fastmcp", []),
+    "mcp": ("mcp", []),
+    "openai_agents": ("agents", []),
+    "google_adk": ("google.adk", []),
+    "llamaindex": ("llama_index", [
+        pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning"),
+        pytest.mark.filterwarnings("ignore:Skipping serialization of known unserializable key"),
+    ]),
+    "claude_agent_sdk": ("claude_agent_sdk", []),
+    "agent_framework": ("agent_framework", []),
+    "crewai": ("crewai", [pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")]),
+    "strands": ("strands", []),
+}
+
+# Adapters whose framework cannot share the main environment (crewai and strands pin an mcp the mcp extra
+# cannot use): their tests (their module, their contract cases) are collected only where the framework is
+# installed. `.ci/run` runs each in its own environment and fails unless it passed with no skip.
+SEPARATE_ENVIRONMENTS = ("crewai", "strands")
+
+
+def collected(adapter: str) -> bool:
+    """Whether this environment collects the tests of `adapter` (see SEPARATE_ENVIRONMENTS)."""
+    return adapter not in SEPARATE_ENVIRONMENTS or importlib.util.find_spec(ADAPTERS[adapter][0]) is not None
+
+
+# -- the contract test's drivers ----------------------------------------------------------------------
+
+
+class Body:
+    """The body of the `search(q)` tool every driver gives its framework: counts its runs, returns the next
+    of `answers` (default: "results for <q>" every time)."""
+
+    def __init__(self, answers: Iterable[str] | None = None) -> None:
+        self.runs: list[str] = []
+        self._answers: Iterator[str] | None = None if answers is None else iter(answers)
+
+    def __call__(self, q: str) -> str:
+        self.runs.append(q)
+        return f"results for {q}" if self._answers is None else next(self._answers)
+
+
+@dataclass
+class Seen:
+    """What the model read for one tool call: whether it was the refusal, and its text (warnings included)."""
+
+    refused: bool
+    text: str
+
+
+_run_ids = itertools.count(1)
+
+
+@dataclass
+class Run:
+    """One agent run a driver plays: a scripted model calling `search {"q": "weather"}` `calls` times in a row
+    (one model turn each, ids `ids`), then answering; in conversation `conversation`."""
+
+    calls: int
+    conversation: str
+    ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        tag = next(_run_ids)
+        self.ids = [f"r{tag}_{i}" for i in range(1, self.calls + 1)]
+
+
+class Driver(Protocol):
+    """An adapter's framework set-up for the contract test: one run of the real framework, braked by `brake`
+    with the adapter's `options`, whose tool is `body`; what the model read for each call, in order."""
+
+    sync_only: ClassVar[bool]  # the adapter takes sync brakes only
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]: ...
+
+
+def driver_of(adapter: str) -> Driver:
+    """The `Driver` of `tests/test_integration_<adapter>.py` (imported now: the framework with it)."""
+    module = importlib.import_module(f"tests.test_integration_{adapter}")
+    found: Driver = module.Driver()
+    return found
 
 
 def refuses_bad_options(build: Callable[..., object], *, session_id: bool = True) -> None:

@@ -28,7 +28,7 @@ from agent_framework import (
 
 from distbrake import LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.agent_framework import LoopBrakeMiddleware
-from tests.adapters import names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, REDIS_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -92,6 +92,24 @@ class Worker:
 
     async def ask(self, session: AgentSession | None = None, text: str = "weather?") -> str:
         return (await self.agent.run(text, session=session)).text
+
+
+class Driver:
+    """The contract test's Agent Framework: an `Agent` with the middleware, `run` in the conversation's
+    `AgentSession`."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        @tool
+        def search(q: str) -> str:
+            """Search the web for q."""
+            return body(q)
+
+        client = ScriptedClient(*(calls(i) for i in plan.ids))
+        agent = Agent(client=client, tools=[search], middleware=[LoopBrakeMiddleware(brake, **options)])
+        await agent.run("weather?", session=AgentSession(session_id=plan.conversation))
+        return [Seen(text.startswith("loop brake"), text) for _, text in client.results()]
 
 
 def assert_refused(client: ScriptedClient, call_id: str = "call_3") -> str:

@@ -18,7 +18,14 @@ from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, HookMatcher, R
 
 from distbrake import LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.claude_agent_sdk import loop_brake_hooks
-from tests.adapters import import_leaves_the_framework_alone, names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import (
+    Body,
+    Run,
+    Seen,
+    import_leaves_the_framework_alone,
+    names_its_extra_when_missing,
+    refuses_bad_options,
+)
 from tests.backends import ADAPTER_BRAKES, next_answer
 from tests.claude_cli import FINAL, ScriptedCLI, ToolUse
 from tests.servers import free_port
@@ -45,6 +52,21 @@ class Tools:
 
     def cli(self, *script: list[ToolUse] | str) -> ScriptedCLI:
         return ScriptedCLI(list(script), {"search": self.search, "get_job_status": self.get_job_status})
+
+
+class Driver:
+    """The contract test's Claude Agent SDK: `query()` with the hooks, over a scripted CLI whose Claude Code
+    session is the conversation."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        cli = ScriptedCLI([[SEARCH] for _ in plan.ids], {"search": body}, session_id=plan.conversation)
+        await run(cli, loop_brake_hooks(brake, **options))
+        return [
+            Seen(bool(block["is_error"]), "\n".join([block["content"], *(c["text"] for c in contexts)]))
+            for block, *contexts in cli.model_inputs
+        ]
 
 
 def repeating(tools: Tools, n: int = 3, use: ToolUse = SEARCH) -> ScriptedCLI:

@@ -20,6 +20,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", ImportWarning)  # crewai 1.15 warns about its own package layout on import
     import crewai  # noqa: F401
 
+import asyncio
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -35,7 +36,7 @@ from crewai.tools import tool
 
 from distbrake import AsyncDistributedBrake, LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.crewai import LoopBrakeAborted, install_hooks
-from tests.adapters import names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing, refuses_bad_options
 from tests.backends import REDIS_BRAKES, SYNC_ADAPTER_BRAKES, face, next_answer, where
 
 # CrewAI 1.15 reads its own deprecated agent fields while running a crew (function_calling_llm,
@@ -102,12 +103,13 @@ class Worker:
     def __init__(self, llm: ScriptedLLM, cache: bool = False) -> None:
         self.llm = llm
         self.runs: list[str] = []
+        self.body: Body | None = None  # the contract test's tool body, else "results for <q>"
 
         @tool("search")
         def search(q: str) -> str:
             """Search the web for q."""
             self.runs.append(q)
-            return f"results for {q}"
+            return f"results for {q}" if self.body is None else self.body(q)
 
         agent = Agent(role="researcher", goal="answer", backstory="careful", llm=llm, tools=[search],
                       cache=cache, verbose=False)
@@ -116,6 +118,29 @@ class Worker:
 
     def kickoff(self) -> str:
         return str(self.crew.kickoff().raw)
+
+
+class Driver:
+    """The contract test's CrewAI: one crew per conversation (CrewAI's conversation is the crew), kicked off
+    once per run (in a worker thread: kickoff is sync) with the brake's hooks installed around it."""
+
+    sync_only = True
+
+    def __init__(self) -> None:
+        self.crews: dict[str, Worker] = {}
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        worker = self.crews.setdefault(plan.conversation, Worker(ScriptedLLM()))
+        worker.body = body
+        for i in plan.ids:
+            worker.llm.add(calls(i))
+
+        def kickoff() -> None:
+            with install_hooks(brake, **options):
+                worker.kickoff()
+
+        await asyncio.to_thread(kickoff)
+        return [Seen(text.startswith("loop brake"), text) for i, text in worker.llm.results() if i in plan.ids]
 
 
 @pytest.fixture(autouse=True)

@@ -29,7 +29,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
-from tests.adapters import names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
 from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
@@ -56,6 +56,25 @@ class SearchServer:
             if ctx.request_context is not None:  # None when called server-side
                 self.transport_sessions.append(ctx.session_id)
             return f"results for {q}"
+
+
+class Driver:
+    """The contract test's FastMCP: a server with the middleware, called by a client naming its session and run
+    in `_meta` (the server cannot see the client's runs: the client names them)."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        mcp = FastMCP("search", middleware=[LoopBrakeMiddleware(brake, **options)])
+
+        @mcp.tool
+        def search(q: str) -> str:
+            return body(q)
+
+        meta = {"session_id": plan.conversation, "run_id": plan.ids[0]}
+        async with Client(mcp) as client:
+            results = [await client.call_tool("search", ARGS, raise_on_error=False, meta=meta) for _ in plan.ids]
+        return [Seen(r.is_error, "\n".join(getattr(block, "text", "") for block in r.content)) for r in results]
 
 
 async def call(client: Client[Any], meta: dict[str, Any] | None = None) -> tuple[bool, str]:

@@ -7,6 +7,7 @@ so every adapter brake kind works (a `DistributedBrake` in a worker thread).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
@@ -24,7 +25,14 @@ from pydantic import Field
 
 from distbrake import BrakeUnavailableError, LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.google_adk import WARNING_KEY, LoopBrakePlugin
-from tests.adapters import import_leaves_the_framework_alone, names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import (
+    Body,
+    Run,
+    Seen,
+    import_leaves_the_framework_alone,
+    names_its_extra_when_missing,
+    refuses_bad_options,
+)
 from tests.backends import ADAPTER_BRAKES, next_answer
 from tests.servers import free_port
 from tests.test_security import every_stored_byte
@@ -92,6 +100,30 @@ class Worker:
             await self.sessions.create_session(app_name="app", user_id=USER, session_id=session)
         message = types.Content(role="user", parts=[types.Part(text=text)])
         return [event async for event in self.runner.run_async(user_id=USER, session_id=session, new_message=message)]
+
+
+class Driver:
+    """The contract test's ADK: an `App` with the plugin, run by a `Runner` in the ADK session of the conversation."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        def search(q: str) -> str:
+            """Search the web for q."""
+            return body(q)
+
+        model = ScriptedModel(script=[[call(call_id=i)] for i in plan.ids])
+        agent = LlmAgent(name="researcher", model=model, tools=[search])
+        sessions = InMemorySessionService()
+        app = App(name="app", root_agent=agent, plugins=[LoopBrakePlugin(brake, **options)])
+        await sessions.create_session(app_name="app", user_id=USER, session_id=plan.conversation)
+        message = types.Content(role="user", parts=[types.Part(text="weather?")])
+        runner = Runner(app=app, session_service=sessions)
+        [_ async for _ in runner.run_async(user_id=USER, session_id=plan.conversation, new_message=message)]
+        return [
+            Seen("error" in response, json.dumps(response))
+            for turn in range(1, len(plan.ids) + 1) for response in model.responses(turn)
+        ]
 
 
 def final_text(events: list[Event]) -> str | None:

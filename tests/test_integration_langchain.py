@@ -40,7 +40,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.langchain import LoopBrakeMiddleware, tool_call_wrappers
-from tests.adapters import names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, memory_url, next_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +114,25 @@ class Search:
 @pytest.fixture
 def search() -> Search:
     return Search()
+
+
+class Driver:
+    """The contract test's LangChain: `create_agent` with the middleware, run by `ainvoke` in a thread."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        @tool
+        def search(q: str) -> str:
+            """Search the web for q."""
+            return body(q)
+
+        scripted = model(*(calls(i) for i in plan.ids))
+        agent = create_agent(scripted, [search], middleware=[LoopBrakeMiddleware(brake, **options)])
+        result = await agent.ainvoke(INPUT, config(plan.conversation))
+        return [
+            Seen(m.status == "error", str(m.content)) for m in result["messages"] if isinstance(m, ToolMessage)
+        ]
 
 
 def assert_refused(scripted: ScriptedModel, call_id: str = "call_3") -> ToolMessage:

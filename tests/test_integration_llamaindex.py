@@ -22,7 +22,14 @@ from workflows import Context
 
 from distbrake import LoopBrake, LoopBrakeError, bind_session, call_hash, hash_prefix
 from distbrake.integrations.llamaindex import BrakedFunctionTool, guard_tools, raise_on_denial
-from tests.adapters import import_leaves_the_framework_alone, names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import (
+    Body,
+    Run,
+    Seen,
+    import_leaves_the_framework_alone,
+    names_its_extra_when_missing,
+    refuses_bad_options,
+)
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 from tests.servers import free_port
 from tests.test_security import every_stored_byte
@@ -92,6 +99,27 @@ class Tools:
 
     def agent(self, script: Script, brake: Any, **options: Any) -> FunctionAgent:
         return FunctionAgent(tools=guard_tools(brake, [self.search, self.poll], **options), llm=script.llm)
+
+
+class Driver:
+    """The contract test's LlamaIndex: a `FunctionAgent` over `guard_tools` copies, run in the conversation
+    bound with `bind_session` (LlamaIndex names none)."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        def search(q: str) -> str:
+            """Search the web for q."""
+            return body(q)
+
+        script = repeating(len(plan.ids))
+        agent = FunctionAgent(tools=guard_tools(brake, [FunctionTool.from_defaults(search)], **options), llm=script.llm)
+        with bind_session(plan.conversation):
+            await agent.run(user_msg="weather?")
+        return [
+            Seen(text.startswith("loop brake"), text) for turn in range(1, len(plan.ids) + 1)
+            for text in script.results(turn)
+        ]
 
 
 def assert_refused(text: str, tool: str = "search") -> None:

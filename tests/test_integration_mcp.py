@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 
 from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
-from tests.adapters import names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
 from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
@@ -39,8 +39,11 @@ WIRINGS = ["wrap", "extension"]
 class SearchServer:
     """A low-level `Server` whose `search` handler counts runs and records its connection."""
 
-    def __init__(self, brake: Brake, wiring: str = "wrap", **options: Any) -> None:
+    def __init__(
+        self, brake: Brake, wiring: str = "wrap", body: Callable[[str], str] | None = None, **options: Any
+    ) -> None:
         self.runs = 0
+        self.body = body
         self.connections: list[Any] = []  # kept alive, so distinct ones never share an id()
         self.stream_ids: list[str | None] = []
         handler: Any
@@ -66,7 +69,22 @@ class SearchServer:
         self.connections.append(connection)
         self.stream_ids.append(connection.state.get("distbrake.session_id"))
         q = (params.arguments or {}).get("q")
-        return types.CallToolResult(content=[types.TextContent(type="text", text=f"results for {q}")])
+        text = f"results for {q}" if self.body is None else self.body(str(q))
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+class Driver:
+    """The contract test's low-level MCP server: `brake_call_tool` around the handler, called by a client naming
+    its session and run in `_meta` (the server cannot see the client's runs: the client names them)."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        app = SearchServer(brake, body=body, **options)
+        meta = {"session_id": plan.conversation, "run_id": plan.ids[0]}
+        async with Client(app.server) as client:
+            results = [await client.call_tool("search", ARGS, meta=meta) for _ in plan.ids]  # type: ignore[arg-type]
+        return [Seen(r.is_error, "\n".join(getattr(block, "text", "") for block in r.content)) for r in results]
 
 
 async def call(client: Client, meta: dict[str, Any] | None = None) -> tuple[bool, str]:

@@ -43,7 +43,7 @@ from distbrake.integrations.openai_agents import (
     loop_brake_guardrail,
     tool_arguments,
 )
-from tests.adapters import names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
 from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
 from tests.backends import AnyBrake as Brake
 
@@ -80,6 +80,25 @@ class Search:
         return function_tool(
             search, tool_input_guardrails=list(guardrails) or None, needs_approval=needs_approval
         )
+
+
+class Driver:
+    """The contract test's OpenAI Agents SDK: an agent braked by `attach_loop_brake`, a `ScriptedModel`,
+    `Runner.run` in the conversation `RunConfig.group_id` names."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        def search(q: str) -> str:
+            """Search the web."""
+            return body(q)
+
+        model = ScriptedModel([*(calls(i) for i in plan.ids), [assistant_message("final answer")]])
+        agent = Agent(name="researcher", model=model, tools=[function_tool(search)])
+        attach_loop_brake(agent, brake, **options)
+        await Runner.run(agent, "weather?", run_config=config(plan.conversation))
+        seen = outputs(model)
+        return [Seen(seen[i].startswith("loop brake"), seen[i]) for i in plan.ids]
 
 
 def calls(*call_ids: str, arguments: Any = ARGS) -> list[Any]:

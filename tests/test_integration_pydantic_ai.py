@@ -38,7 +38,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.pydantic_ai import LoopBrakeCapability
-from tests.adapters import names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -96,6 +96,31 @@ class Worker:
             """Search the web for q."""
             self.runs.append(q)
             return f"results for {q}"
+
+
+class Driver:
+    """The contract test's Pydantic AI: an `Agent` with the capability and a `FunctionModel` script, `run`."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        script = Script(*(calls(i) for i in plan.ids))
+        agent: Agent[None, str] = Agent(script.model, capabilities=[LoopBrakeCapability(brake, **options)])
+
+        @agent.tool_plain
+        def search(q: str) -> str:
+            """Search the web for q."""
+            return body(q)
+
+        result = await agent.run("weather?", conversation_id=plan.conversation)
+        seen: list[Seen] = []
+        for message in result.new_messages():
+            if not isinstance(message, ModelRequest):
+                continue
+            returned = [part for part in message.parts if isinstance(part, ToolReturnPart)]
+            prompts = [str(part.content) for part in message.parts if isinstance(part, UserPromptPart)]
+            seen += [Seen(part.outcome == "failed", "\n".join([str(part.content), *prompts])) for part in returned]
+        return seen
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,7 @@ from strands.types.exceptions import EventLoopException
 
 from distbrake import LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.strands import RUN_ID_KEY, LoopBrakeHook
-from tests.adapters import names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import Body, Run, Seen, names_its_extra_when_missing, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, REDIS_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -100,6 +100,27 @@ class Worker:
 
         self.agent = Agent(model=model, tools=[search], hooks=list(hooks), agent_id=agent_id,
                            callback_handler=None)
+
+
+class Driver:
+    """The contract test's Strands: an `Agent` with the hook, `invoke_async` with the conversation in its
+    invocation state."""
+
+    sync_only = False
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        @tool
+        def search(q: str) -> str:
+            """Search the web for q."""
+            return body(q)
+
+        model = ScriptedModel(*(calls(i) for i in plan.ids))
+        agent = Agent(model=model, tools=[search], hooks=[LoopBrakeHook(brake, **options)], callback_handler=None)
+        await agent.invoke_async("weather?", invocation_state={"session_id": plan.conversation})
+        return [
+            Seen(status == "error", "\n".join(texts)) for request in range(1, len(plan.ids) + 1)
+            for _, status, texts in model.texts(request)
+        ]
 
 
 def assert_refused(model: ScriptedModel, call_id: str = "call_3") -> str:

@@ -1,0 +1,154 @@
+"""The adapter contract: the same scenarios over all 11 framework adapters, each run by the real framework.
+
+Each adapter's test module gives a `Driver` (its framework's set-up: a scripted model, the tool, the runner;
+see `tests.adapters.Driver`); the scenarios here are written once:
+
+* the tool body runs twice, then the third identical call is refused the framework's way, and the model
+  reads the brake's text;
+* two workers (two brakes on one real Redis) share a conversation's streak;
+* `warn_at` reaches the model with the tool's result;
+* a progress-aware tool whose result changes is never refused (and one whose result repeats is);
+* scopes: one call per run is never a loop under `scope="run"` (the default); under
+  `scope="conversation"` the third run's call is refused.
+
+The adapters of `SEPARATE_ENVIRONMENTS` (crewai, strands) are collected only where their framework is
+installed: `.ci/run` runs their cases in their own environments (`-k <adapter>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from distbrake import call_hash, hash_prefix
+from tests.adapters import ADAPTERS, Body, Driver, Run, Seen, collected, driver_of
+
+PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
+ADAPTER_TIMEOUT = 5.0  # the adapters are tested here, not timing: a busy machine must not reach the policy
+
+
+@pytest.fixture(
+    params=[pytest.param(name, marks=marks, id=name) for name, (_, marks) in ADAPTERS.items() if collected(name)]
+)
+def driver(request: pytest.FixtureRequest) -> Driver:
+    return driver_of(request.param)
+
+
+@pytest.fixture
+def brake(driver: Driver, brakes: Any) -> Callable[..., Any]:
+    """`brake(**options)`: a brake on the test's embedded backend (the sync face for a sync-only adapter)."""
+    kind = "sync-memory" if driver.sync_only else "async-memory"
+    return lambda **options: brakes(kind, timeout_seconds=ADAPTER_TIMEOUT, **options)
+
+
+def assert_refusal(seen: Seen, count: int = 3) -> None:
+    assert seen.refused, seen
+    assert "loop brake" in seen.text and PREFIX in seen.text, seen
+    assert f"called {count} times in a row" in seen.text, seen
+
+
+async def test_the_third_identical_call_is_refused_the_frameworks_way(
+    driver: Driver, brake: Callable[..., Any]
+) -> None:
+    body = Body()
+
+    seen = await driver.run(brake(), body, Run(3, "c-deny"))
+
+    assert body.runs == ["weather", "weather"]
+    assert [s.refused for s in seen] == [False, False, True]
+    assert all("results for weather" in s.text and "loop brake" not in s.text for s in seen[:2])
+    assert_refusal(seen[2])
+
+
+async def test_two_workers_share_a_conversation_streak_through_redis(
+    driver: Driver, brakes: Any, redis_url: str
+) -> None:
+    faces = ("sync", "sync") if driver.sync_only else ("sync", "async")
+    worker_a, worker_b = (
+        brakes(f"{face}-redis", redis_url, timeout_seconds=ADAPTER_TIMEOUT) for face in faces
+    )
+    body_a, body_b = Body(), Body()
+
+    seen_a = await driver.run(worker_a, body_a, Run(2, "c-shared"), scope="conversation")
+    seen_b = await driver.run(worker_b, body_b, Run(1, "c-shared"), scope="conversation")
+
+    assert (body_a.runs, body_b.runs) == (["weather", "weather"], [])
+    assert [s.refused for s in seen_a] == [False, False]
+    [refused] = seen_b
+    assert_refusal(refused)
+
+
+async def test_different_conversations_do_not_share_a_streak(driver: Driver, brake: Callable[..., Any]) -> None:
+    shared = brake()
+    body = Body()
+
+    await driver.run(shared, body, Run(2, "c-one"), scope="conversation")
+    seen = await driver.run(shared, body, Run(1, "c-two"), scope="conversation")
+
+    assert body.runs == ["weather"] * 3
+    assert [s.refused for s in seen] == [False]
+
+
+async def test_warn_at_reaches_the_model_with_the_result(driver: Driver, brake: Callable[..., Any]) -> None:
+    body = Body()
+
+    seen = await driver.run(brake(warn_at=2), body, Run(3, "c-warn"))
+
+    assert body.runs == ["weather", "weather"]
+    first, second, third = seen
+    assert not first.refused and "called" not in first.text
+    assert not second.refused
+    assert "results for weather" in second.text  # the tool's own result, whole
+    assert "called 2 times in a row" in second.text and PREFIX in second.text
+    assert "the next identical call will be denied" in second.text
+    assert_refusal(third)
+
+
+async def test_shadow_mode_shows_no_warning_and_refuses_nothing(driver: Driver, brake: Callable[..., Any]) -> None:
+    body = Body()
+
+    seen = await driver.run(brake(warn_at=2, enforce=False), body, Run(3, "c-shadow"))
+
+    assert body.runs == ["weather"] * 3
+    assert [s.refused for s in seen] == [False] * 3
+    assert all("called" not in s.text for s in seen)
+
+
+PROGRESS = {"search": {"progress": True}}
+
+
+async def test_a_progress_aware_tool_whose_result_changes_is_never_refused(
+    driver: Driver, brake: Callable[..., Any]
+) -> None:
+    body = Body(f"{percent}% done" for percent in (0, 20, 40, 60, 80))
+
+    seen = await driver.run(brake(tools=PROGRESS), body, Run(5, "c-progress"))
+
+    assert len(body.runs) == 5
+    assert [s.refused for s in seen] == [False] * 5
+
+
+async def test_a_progress_aware_tool_whose_result_repeats_is_refused_at_the_third_call(
+    driver: Driver, brake: Callable[..., Any]
+) -> None:
+    body = Body(["running"] * 3)
+
+    seen = await driver.run(brake(tools=PROGRESS), body, Run(3, "c-stuck"))
+
+    assert len(body.runs) == 2
+    assert [s.refused for s in seen] == [False, False, True]
+
+
+@pytest.mark.parametrize(("scope", "refused"), [("run", [False] * 3), ("conversation", [False, False, True])])
+async def test_one_call_per_run_is_a_loop_only_across_the_conversation(
+    driver: Driver, brake: Callable[..., Any], scope: str, refused: list[bool]
+) -> None:
+    shared, body = brake(), Body()
+    options: dict[str, Any] = {} if scope == "run" else {"scope": scope}  # "run": the default
+
+    seen = [s for _ in range(3) for s in await driver.run(shared, body, Run(1, "c-turns"), **options)]
+
+    assert [s.refused for s in seen] == refused
+    assert len(body.runs) == refused.count(False)
