@@ -11,29 +11,41 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import pytest
 
 from distbrake import ConfigurationError, LoopBrake
 
-# Every framework adapter: its module under distbrake.integrations, the framework package it needs, and its
-# test module's marks (the framework's own warnings), for the contract test, which runs them all.
-ADAPTERS: dict[str, tuple[str, list[pytest.MarkDecorator]]] = {
-    "langchain": ("langchain", []),
-    "pydantic_ai": ("pydantic_ai", []),
-    "fastmcp": ("fastmcp", []),
-    "mcp": ("mcp", []),
-    "openai_agents": ("agents", []),
-    "google_adk": ("google.adk", []),
-    "llamaindex": ("llama_index", [
+
+@dataclass(frozen=True)
+class Adapter:
+    """A framework adapter as the tests see it: the framework package it needs, whether it takes sync brakes
+    only, and its test module's marks (the framework's own warnings)."""
+
+    framework: str
+    sync_only: bool = False
+    marks: tuple[pytest.MarkDecorator, ...] = ()
+
+
+# Every framework adapter, by its module's name under distbrake.integrations.
+ADAPTERS: dict[str, Adapter] = {
+    "langchain": Adapter("langchain"),
+    "pydantic_ai": Adapter("pydantic_ai"),
+    "fastmcp": Adapter("fastmcp"),
+    "mcp": Adapter("mcp"),
+    "openai_agents": Adapter("agents"),
+    "google_adk": Adapter("google.adk"),
+    "llamaindex": Adapter("llama_index", marks=(
         pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning"),
         pytest.mark.filterwarnings("ignore:Skipping serialization of known unserializable key"),
-    ]),
-    "claude_agent_sdk": ("claude_agent_sdk", []),
-    "agent_framework": ("agent_framework", []),
-    "crewai": ("crewai", [pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")]),
-    "strands": ("strands", []),
+    )),
+    "claude_agent_sdk": Adapter("claude_agent_sdk"),
+    "agent_framework": Adapter("agent_framework"),
+    "crewai": Adapter(
+        "crewai", sync_only=True, marks=(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai"),)
+    ),
+    "strands": Adapter("strands"),
 }
 
 # Adapters whose framework cannot share the main environment (crewai and strands pin an mcp the mcp extra
@@ -44,7 +56,7 @@ SEPARATE_ENVIRONMENTS = ("crewai", "strands")
 
 def collected(adapter: str) -> bool:
     """Whether this environment collects the tests of `adapter` (see SEPARATE_ENVIRONMENTS)."""
-    return adapter not in SEPARATE_ENVIRONMENTS or importlib.util.find_spec(ADAPTERS[adapter][0]) is not None
+    return adapter not in SEPARATE_ENVIRONMENTS or importlib.util.find_spec(ADAPTERS[adapter].framework) is not None
 
 
 # -- the contract test's drivers ----------------------------------------------------------------------
@@ -91,8 +103,6 @@ class Run:
 class Driver(Protocol):
     """An adapter's framework set-up for the contract test: one run of the real framework, braked by `brake`
     with the adapter's `options`, whose tool is `body`; what the model read for each call, in order."""
-
-    sync_only: ClassVar[bool]  # the adapter takes sync brakes only
 
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]: ...
 

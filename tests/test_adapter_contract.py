@@ -24,23 +24,40 @@ import pytest
 
 from distbrake import call_hash, hash_prefix
 from tests.adapters import ADAPTERS, Body, Driver, Run, Seen, collected, driver_of
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
 ADAPTER_TIMEOUT = 5.0  # the adapters are tested here, not timing: a busy machine must not reach the policy
 
 
-@pytest.fixture(
-    params=[pytest.param(name, marks=marks, id=name) for name, (_, marks) in ADAPTERS.items() if collected(name)]
-)
-def driver(request: pytest.FixtureRequest) -> Driver:
-    return driver_of(request.param)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every scenario over every adapter collected here; a scenario taking `kind` over each brake kind the
+    adapter takes (`ADAPTER_BRAKES`, the sync ones for a sync-only adapter)."""
+    names = [name for name in ADAPTERS if collected(name)]
+    if "kind" in metafunc.fixturenames:
+        metafunc.parametrize(("adapter", "kind"), [
+            pytest.param(name, kind.values[0], marks=[*ADAPTERS[name].marks, *kind.marks], id=f"{name}-{kind.id}")
+            for name in names
+            for kind in (SYNC_ADAPTER_BRAKES if ADAPTERS[name].sync_only else ADAPTER_BRAKES)
+        ])
+    elif "adapter" in metafunc.fixturenames:
+        metafunc.parametrize("adapter", [pytest.param(name, marks=ADAPTERS[name].marks, id=name) for name in names])
 
 
 @pytest.fixture
-def brake(driver: Driver, brakes: Any) -> Callable[..., Any]:
-    """`brake(**options)`: a brake on the test's embedded backend (the sync face for a sync-only adapter)."""
-    kind = "sync-memory" if driver.sync_only else "async-memory"
-    return lambda **options: brakes(kind, timeout_seconds=ADAPTER_TIMEOUT, **options)
+def driver(adapter: str) -> Driver:
+    return driver_of(adapter)
+
+
+@pytest.fixture
+def brake(adapter: str, brakes: Any, request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """`brake(**options)`: a brake of the test's `kind` (by default the async face, or the sync one for a
+    sync-only adapter, on the test's embedded backend)."""
+    kind = request.getfixturevalue("kind") if "kind" in request.fixturenames else (
+        "sync-memory" if ADAPTERS[adapter].sync_only else "async-memory"
+    )
+    timeout = {} if kind == "loop" else {"timeout_seconds": ADAPTER_TIMEOUT}
+    return lambda **options: brakes(kind, **timeout, **options)
 
 
 def assert_refusal(seen: Seen, count: int = 3) -> None:
@@ -50,7 +67,7 @@ def assert_refusal(seen: Seen, count: int = 3) -> None:
 
 
 async def test_the_third_identical_call_is_refused_the_frameworks_way(
-    driver: Driver, brake: Callable[..., Any]
+    driver: Driver, brake: Callable[..., Any], kind: str
 ) -> None:
     body = Body()
 
@@ -63,9 +80,9 @@ async def test_the_third_identical_call_is_refused_the_frameworks_way(
 
 
 async def test_two_workers_share_a_conversation_streak_through_redis(
-    driver: Driver, brakes: Any, redis_url: str
+    adapter: str, driver: Driver, brakes: Any, redis_url: str
 ) -> None:
-    faces = ("sync", "sync") if driver.sync_only else ("sync", "async")
+    faces = ("sync", "sync") if ADAPTERS[adapter].sync_only else ("sync", "async")
     worker_a, worker_b = (
         brakes(f"{face}-redis", redis_url, timeout_seconds=ADAPTER_TIMEOUT) for face in faces
     )
@@ -91,7 +108,9 @@ async def test_different_conversations_do_not_share_a_streak(driver: Driver, bra
     assert [s.refused for s in seen] == [False]
 
 
-async def test_warn_at_reaches_the_model_with_the_result(driver: Driver, brake: Callable[..., Any]) -> None:
+async def test_warn_at_reaches_the_model_with_the_result(
+    driver: Driver, brake: Callable[..., Any], kind: str
+) -> None:
     body = Body()
 
     seen = await driver.run(brake(warn_at=2), body, Run(3, "c-warn"))
@@ -120,7 +139,7 @@ PROGRESS = {"search": {"progress": True}}
 
 
 async def test_a_progress_aware_tool_whose_result_changes_is_never_refused(
-    driver: Driver, brake: Callable[..., Any]
+    driver: Driver, brake: Callable[..., Any], kind: str
 ) -> None:
     body = Body(f"{percent}% done" for percent in (0, 20, 40, 60, 80))
 
@@ -131,7 +150,7 @@ async def test_a_progress_aware_tool_whose_result_changes_is_never_refused(
 
 
 async def test_a_progress_aware_tool_whose_result_repeats_is_refused_at_the_third_call(
-    driver: Driver, brake: Callable[..., Any]
+    driver: Driver, brake: Callable[..., Any], kind: str
 ) -> None:
     body = Body(["running"] * 3)
 
@@ -143,7 +162,7 @@ async def test_a_progress_aware_tool_whose_result_repeats_is_refused_at_the_thir
 
 @pytest.mark.parametrize(("scope", "refused"), [("run", [False] * 3), ("conversation", [False, False, True])])
 async def test_one_call_per_run_is_a_loop_only_across_the_conversation(
-    driver: Driver, brake: Callable[..., Any], scope: str, refused: list[bool]
+    driver: Driver, brake: Callable[..., Any], kind: str, scope: str, refused: list[bool]
 ) -> None:
     shared, body = brake(), Body()
     options: dict[str, Any] = {} if scope == "run" else {"scope": scope}  # "run": the default

@@ -98,8 +98,6 @@ class Driver:
     """The contract test's Agent Framework: an `Agent` with the middleware, `run` in the conversation's
     `AgentSession`."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         @tool
         def search(q: str) -> str:

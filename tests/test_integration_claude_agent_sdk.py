@@ -58,8 +58,6 @@ class Driver:
     """The contract test's Claude Agent SDK: `query()` with the hooks, over a scripted CLI whose Claude Code
     session is the conversation."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         cli = ScriptedCLI([[SEARCH] for _ in plan.ids], {"search": body}, session_id=plan.conversation)
         await run(cli, loop_brake_hooks(brake, **options))

@@ -124,8 +124,6 @@ class Driver:
     """The contract test's CrewAI: one crew per conversation (CrewAI's conversation is the crew), kicked off
     once per run (in a worker thread: kickoff is sync) with the brake's hooks installed around it."""
 
-    sync_only = True
-
     def __init__(self) -> None:
         self.crews: dict[str, Worker] = {}
 

@@ -62,8 +62,6 @@ class Driver:
     """The contract test's FastMCP: a server with the middleware, called by a client naming its session and run
     in `_meta` (the server cannot see the client's runs: the client names them)."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         mcp = FastMCP("search", middleware=[LoopBrakeMiddleware(brake, **options)])
 

@@ -105,8 +105,6 @@ class Worker:
 class Driver:
     """The contract test's ADK: an `App` with the plugin, run by a `Runner` in the ADK session of the conversation."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         def search(q: str) -> str:
             """Search the web for q."""

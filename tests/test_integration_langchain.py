@@ -119,8 +119,6 @@ def search() -> Search:
 class Driver:
     """The contract test's LangChain: `create_agent` with the middleware, run by `ainvoke` in a thread."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         @tool
         def search(q: str) -> str:

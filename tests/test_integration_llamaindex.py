@@ -105,8 +105,6 @@ class Driver:
     """The contract test's LlamaIndex: a `FunctionAgent` over `guard_tools` copies, run in the conversation
     bound with `bind_session` (LlamaIndex names none)."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         def search(q: str) -> str:
             """Search the web for q."""

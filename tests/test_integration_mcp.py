@@ -77,8 +77,6 @@ class Driver:
     """The contract test's low-level MCP server: `brake_call_tool` around the handler, called by a client naming
     its session and run in `_meta` (the server cannot see the client's runs: the client names them)."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         app = SearchServer(brake, body=body, **options)
         meta = {"session_id": plan.conversation, "run_id": plan.ids[0]}

@@ -86,8 +86,6 @@ class Driver:
     """The contract test's OpenAI Agents SDK: an agent braked by `attach_loop_brake`, a `ScriptedModel`,
     `Runner.run` in the conversation `RunConfig.group_id` names."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         def search(q: str) -> str:
             """Search the web."""

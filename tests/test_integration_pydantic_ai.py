@@ -101,8 +101,6 @@ class Worker:
 class Driver:
     """The contract test's Pydantic AI: an `Agent` with the capability and a `FunctionModel` script, `run`."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         script = Script(*(calls(i) for i in plan.ids))
         agent: Agent[None, str] = Agent(script.model, capabilities=[LoopBrakeCapability(brake, **options)])

@@ -106,8 +106,6 @@ class Driver:
     """The contract test's Strands: an `Agent` with the hook, `invoke_async` with the conversation in its
     invocation state."""
 
-    sync_only = False
-
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         @tool
         def search(q: str) -> str:
