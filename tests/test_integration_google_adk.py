@@ -139,20 +139,6 @@ def assert_refused(response: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_third_identical_call_is_refused_and_the_run_goes_on(kind: str, brakes: Any) -> None:
-    worker = Worker(repeating(), LoopBrakePlugin(brakes(kind)))
-
-    events = await worker.run()
-
-    assert worker.runs == ["weather", "weather"]
-    assert worker.model.responses(1) == [{"result": "results for weather"}]
-    [refusal] = worker.model.responses(3)  # the model's next input after the third call
-    assert_refused(refusal)
-    assert final_text(events) == FINAL
-    assert len(worker.model.requests) == 4
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_on_deny_raise_ends_the_run_with_adks_runtime_error(kind: str, brakes: Any) -> None:
     worker = Worker(repeating(), LoopBrakePlugin(brakes(kind), on_deny="raise"))
 
@@ -213,33 +199,6 @@ async def test_a_closed_policy_on_a_dead_backend_ends_the_run_before_the_tool(br
 # -- the session scope -----------------------------------------------------------------------
 
 
-def three_turns() -> ScriptedModel:
-    """One search per user turn, then an answer, three turns in a row."""
-    return ScriptedModel(script=[[call()], "sunny", [call()], "sunny", [call()], "sunny"])
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_one_search_per_user_turn_is_never_a_loop_by_default(kind: str, brakes: Any) -> None:
-    worker = Worker(three_turns(), LoopBrakePlugin(brakes(kind)))
-
-    for day in ("monday", "tuesday", "wednesday"):
-        await worker.run(day, session="conv-days")
-
-    assert worker.runs == ["weather"] * 3
-    assert [worker.model.responses(turn) for turn in (1, 3, 5)] == [[{"result": "results for weather"}]] * 3
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_conversation_scope_denies_the_third_turns_search(kind: str, brakes: Any) -> None:
-    worker = Worker(three_turns(), LoopBrakePlugin(brakes(kind), scope="conversation"))
-
-    for day in ("monday", "tuesday", "wednesday"):
-        await worker.run(day, session="conv-days")
-
-    assert worker.runs == ["weather"] * 2
-    assert_refused(worker.model.responses(5)[0])
-
-
 async def test_session_id_callable_gets_the_tool_context() -> None:
     seen: list[Any] = []
 
@@ -272,18 +231,6 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 # -- two workers sharing one real Redis ---------------------------------------------------
 
 
-async def test_two_workers_share_a_conversation_streak_through_redis(redis_url: str, brakes: Any) -> None:
-    worker_a = Worker(repeating(2), LoopBrakePlugin(brakes("sync-redis", redis_url), scope="conversation"))
-    worker_b = Worker(repeating(1), LoopBrakePlugin(brakes("async-redis", redis_url), scope="conversation"))
-
-    await worker_a.run(session="shared")
-    events = await worker_b.run(session="shared")
-
-    assert (worker_a.runs, worker_b.runs) == (["weather", "weather"], [])
-    assert_refused(worker_b.model.responses(1)[0])  # B's call is the third of the conversation
-    assert final_text(events) == FINAL
-
-
 async def test_two_workers_on_different_runs_do_not_share_a_streak(redis_url: str, brakes: Any) -> None:
     worker_a = Worker(repeating(2), LoopBrakePlugin(brakes("sync-redis", redis_url)))
     worker_b = Worker(repeating(2), LoopBrakePlugin(brakes("sync-redis", redis_url)))
@@ -297,20 +244,6 @@ async def test_two_workers_on_different_runs_do_not_share_a_streak(redis_url: st
 # -- warn before deny, progress-aware tools, arguments kept in -------------------------------
 
 
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_warns_with_the_whole_result_then_denies(kind: str, brakes: Any) -> None:
-    worker = Worker(repeating(), LoopBrakePlugin(brakes(kind, warn_at=2)))
-
-    await worker.run()
-
-    assert worker.model.responses(1) == [{"result": "results for weather"}]
-    [warned] = worker.model.responses(2)
-    assert warned["result"] == "results for weather"
-    assert "called 2 times in a row" in warned[WARNING_KEY]
-    assert PREFIX in warned[WARNING_KEY]
-    assert_refused(worker.model.responses(3)[0])
-
-
 async def test_a_non_dict_result_is_kept_whole_beside_the_warning() -> None:
     model = ScriptedModel(script=[[call("get_job_status", job="j1")] for _ in range(2)])
     worker = Worker(model, LoopBrakePlugin(LoopBrake(warn_at=2)), answers=["running", "running"])
@@ -322,40 +255,11 @@ async def test_a_non_dict_result_is_kept_whole_beside_the_warning() -> None:
     assert "the next identical call will be denied" in warned[WARNING_KEY]
 
 
-async def test_shadow_mode_shows_no_warning_and_denies_nothing(brakes: Any) -> None:
-    worker = Worker(repeating(), LoopBrakePlugin(brakes("sync-memory", warn_at=2, enforce=False)))
-
-    await worker.run()
-
-    assert len(worker.runs) == 3
-    assert all(worker.model.responses(t) == [{"result": "results for weather"}] for t in (1, 2, 3))
-
-
 POLLER = {"get_job_status": {"progress": True}}
 
 
 def polls(n: int) -> ScriptedModel:
     return ScriptedModel(script=[[call("get_job_status", job="j1")] for _ in range(n)])
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: Any) -> None:
-    worker = Worker(polls(6), LoopBrakePlugin(brakes(kind, tools=POLLER)), answers=[f"{i * 20}%" for i in range(6)])
-
-    await worker.run()
-
-    assert len(worker.runs) == 6
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(kind: str, brakes: Any) -> None:
-    worker = Worker(polls(3), LoopBrakePlugin(brakes(kind, tools=POLLER)), answers=["running"] * 3)
-
-    await worker.run()
-
-    assert len(worker.runs) == 2
-    refusal = worker.model.responses(3)[0]["error"]
-    assert 'tool "get_job_status" called 3 times' in refusal
 
 
 async def test_a_raised_error_is_observed_as_a_result() -> None:

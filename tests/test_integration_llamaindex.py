@@ -130,20 +130,6 @@ def assert_refused(text: str, tool: str = "search") -> None:
 
 
 @pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_third_identical_call_is_refused_and_the_run_goes_on(kind: str, brakes: Any) -> None:
-    tools, script = Tools(), repeating()
-
-    result = await tools.agent(script, brakes(kind)).run(user_msg="weather?")
-
-    assert tools.runs == ["weather", "weather"]
-    assert script.results(1) == ["results for weather"]
-    [refusal] = script.results(3)  # the model's next input after the third call
-    assert_refused(refusal)
-    assert str(result) == FINAL
-    assert len(script.inputs) == 4
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
 async def test_parallel_identical_calls_in_one_turn(kind: str, brakes: Any) -> None:
     tools, script = Tools(), Script([call(), call(), call()])
 
@@ -283,37 +269,6 @@ async def test_a_closed_policy_on_a_dead_backend_is_an_error_result_before_the_t
 # -- the session scope -----------------------------------------------------------------------
 
 
-def three_turns() -> Script:
-    return Script([call()], "sunny", [call()], "sunny", [call()], "sunny")
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_one_search_per_user_turn_is_never_a_loop_by_default(kind: str, brakes: Any) -> None:
-    tools, script = Tools(), three_turns()
-    agent = tools.agent(script, brakes(kind))
-    ctx = Context(agent)
-
-    with bind_session("conv-days"):
-        for day in ("monday", "tuesday", "wednesday"):
-            await agent.run(user_msg=day, ctx=ctx)
-
-    assert tools.runs == ["weather"] * 3
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_conversation_scope_denies_the_third_turns_search(kind: str, brakes: Any) -> None:
-    tools, script = Tools(), three_turns()
-    agent = tools.agent(script, brakes(kind), scope="conversation")
-    ctx = Context(agent)
-
-    with bind_session("conv-days"):
-        for day in ("monday", "tuesday", "wednesday"):
-            await agent.run(user_msg=day, ctx=ctx)
-
-    assert tools.runs == ["weather"] * 2
-    assert_refused(script.results(5)[0])
-
-
 def test_options_are_validated() -> None:
     refuses_bad_options(lambda brake, **options: guard_tools(brake, [], **options))
 
@@ -329,20 +284,6 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 # -- two workers sharing one real Redis ---------------------------------------------------
 
 
-async def test_two_workers_share_a_conversation_streak_through_redis(redis_url: str, brakes: Any) -> None:
-    tools_a, tools_b, script_b = Tools(), Tools(), repeating(1)
-    worker_a = tools_a.agent(repeating(2), brakes("sync-redis", redis_url), scope="conversation")
-    worker_b = tools_b.agent(script_b, brakes("async-redis", redis_url), scope="conversation")
-
-    with bind_session("shared"):
-        await worker_a.run(user_msg="weather?")
-        result = await worker_b.run(user_msg="weather?")
-
-    assert (tools_a.runs, tools_b.runs) == (["weather", "weather"], [])
-    assert_refused(script_b.results(1)[0])  # B's call is the third of the conversation
-    assert str(result) == FINAL
-
-
 async def test_two_workers_on_different_runs_do_not_share_a_streak(redis_url: str, brakes: Any) -> None:
     tools_a, tools_b = Tools(), Tools()
 
@@ -356,53 +297,11 @@ async def test_two_workers_on_different_runs_do_not_share_a_streak(redis_url: st
 # -- warn before deny, progress-aware tools, arguments kept in -------------------------------
 
 
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_warns_with_the_whole_result_then_denies(kind: str, brakes: Any) -> None:
-    tools, script = Tools(), repeating()
-
-    await tools.agent(script, brakes(kind, warn_at=2)).run(user_msg="weather?")
-
-    assert script.results(1) == ["results for weather"]
-    [warned] = script.results(2)
-    result, warning = warned.split("\n")
-    assert result == "results for weather"
-    assert "called 2 times in a row" in warning and PREFIX in warning
-    assert_refused(script.results(3)[0])
-
-
-async def test_shadow_mode_shows_no_warning(brakes: Any) -> None:
-    tools, script = Tools(), repeating()
-
-    await tools.agent(script, brakes("sync-memory", warn_at=2, enforce=False)).run(user_msg="weather?")
-
-    assert len(tools.runs) == 3
-    assert all(script.results(t) == ["results for weather"] for t in (1, 2, 3))
-
-
 POLLER = {"get_job_status": {"progress": True}}
 
 
 def polls(n: int) -> Script:
     return Script(*([call("get_job_status", job="j1")] for _ in range(n)))
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_a_poller_whose_result_changes_is_never_denied(kind: str, brakes: Any) -> None:
-    tools, script = Tools([f"{i * 20}%" for i in range(6)]), polls(6)
-
-    await tools.agent(script, brakes(kind, tools=POLLER)).run(user_msg="status?")
-
-    assert len(tools.runs) == 6
-
-
-@pytest.mark.parametrize("kind", ADAPTER_BRAKES)
-async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(kind: str, brakes: Any) -> None:
-    tools, script = Tools(["running"] * 3), polls(3)
-
-    await tools.agent(script, brakes(kind, tools=POLLER)).run(user_msg="status?")
-
-    assert len(tools.runs) == 2
-    assert_refused(script.results(3)[0], "get_job_status")
 
 
 async def test_a_raised_error_is_observed_as_a_result() -> None:
