@@ -20,32 +20,33 @@ from distbrake import ConfigurationError, LoopBrake
 
 @dataclass(frozen=True)
 class Adapter:
-    """A framework adapter as the tests see it: the framework package it needs, whether it takes sync brakes
-    only, and its test module's marks (the framework's own warnings)."""
+    """A framework adapter as the tests see it: the framework package it needs, the extra that installs it,
+    whether it takes sync brakes only, and its test module's marks (the framework's own warnings)."""
 
     framework: str
+    extra: str
     sync_only: bool = False
     marks: tuple[pytest.MarkDecorator, ...] = ()
 
 
 # Every framework adapter, by its module's name under distbrake.integrations.
 ADAPTERS: dict[str, Adapter] = {
-    "langchain": Adapter("langchain"),
-    "pydantic_ai": Adapter("pydantic_ai"),
-    "fastmcp": Adapter("fastmcp"),
-    "mcp": Adapter("mcp"),
-    "openai_agents": Adapter("agents"),
-    "google_adk": Adapter("google.adk"),
-    "llamaindex": Adapter("llama_index", marks=(
+    "langchain": Adapter("langchain", "langchain"),
+    "pydantic_ai": Adapter("pydantic_ai", "pydantic-ai"),
+    "fastmcp": Adapter("fastmcp", "fastmcp"),
+    "mcp": Adapter("mcp", "mcp"),
+    "openai_agents": Adapter("agents", "openai-agents"),
+    "google_adk": Adapter("google.adk", "google-adk"),
+    "llamaindex": Adapter("llama_index", "llamaindex", marks=(
         pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning"),
         pytest.mark.filterwarnings("ignore:Skipping serialization of known unserializable key"),
     )),
-    "claude_agent_sdk": Adapter("claude_agent_sdk"),
-    "agent_framework": Adapter("agent_framework"),
+    "claude_agent_sdk": Adapter("claude_agent_sdk", "claude-agent-sdk"),
+    "agent_framework": Adapter("agent_framework", "agent-framework"),
     "crewai": Adapter(
-        "crewai", sync_only=True, marks=(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai"),)
+        "crewai", "crewai", sync_only=True, marks=(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai"),)
     ),
-    "strands": Adapter("strands"),
+    "strands": Adapter("strands", "strands"),
 }
 
 # Adapters whose framework cannot share the main environment (crewai and strands pin an mcp the mcp extra
@@ -128,12 +129,11 @@ def refuses_bad_options(build: Callable[..., object], *, session_id: bool = True
         build(object())
 
 
-def names_its_extra_when_missing(
-    monkeypatch: pytest.MonkeyPatch, adapter: str, blocked: Iterable[str], extra: str
-) -> None:
-    """Importing `distbrake.integrations.<adapter>` with `blocked` modules absent says
+def names_its_extra_when_missing(monkeypatch: pytest.MonkeyPatch, adapter: str, framework: str, extra: str) -> None:
+    """Importing `distbrake.integrations.<adapter>` with the `framework` package absent says
     `pip install "distbrake[extra]"`."""
-    for name in blocked:
+    loaded = [name for name in sys.modules if name == framework or name.startswith(f"{framework}.")]
+    for name in {framework, *loaded}:
         monkeypatch.setitem(sys.modules, name, None)  # as if the framework were not installed
     monkeypatch.delitem(sys.modules, f"distbrake.integrations.{adapter}")
     with pytest.raises(ImportError, match=rf'pip install "distbrake\[{extra}\]"'):

@@ -9,7 +9,9 @@ see `tests.adapters.Driver`); the scenarios here are written once:
 * `warn_at` reaches the model with the tool's result;
 * a progress-aware tool whose result changes is never refused (and one whose result repeats is);
 * scopes: one call per run is never a loop under `scope="run"` (the default); under
-  `scope="conversation"` the third run's call is refused.
+  `scope="conversation"` the third run's call is refused;
+* the adapter's module names its extra when the framework is missing, and `import distbrake` leaves the
+  framework alone.
 
 The adapters of `SEPARATE_ENVIRONMENTS` (crewai, strands) are collected only where their framework is
 installed: `.ci/run` runs their cases in their own environments (`-k <adapter>`).
@@ -23,7 +25,17 @@ from typing import Any
 import pytest
 
 from distbrake import call_hash, hash_prefix
-from tests.adapters import ADAPTERS, Body, Driver, Run, Seen, collected, driver_of
+from tests.adapters import (
+    ADAPTERS,
+    Body,
+    Driver,
+    Run,
+    Seen,
+    collected,
+    driver_of,
+    import_leaves_the_framework_alone,
+    names_its_extra_when_missing,
+)
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -171,3 +183,12 @@ async def test_one_call_per_run_is_a_loop_only_across_the_conversation(
 
     assert [s.refused for s in seen] == refused
     assert len(body.runs) == refused.count(False)
+
+
+def test_a_missing_framework_names_the_extra_to_install(adapter: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    driver_of(adapter)  # the adapter's module, imported
+    names_its_extra_when_missing(monkeypatch, adapter, ADAPTERS[adapter].framework, ADAPTERS[adapter].extra)
+
+
+def test_import_distbrake_does_not_import_the_framework(adapter: str) -> None:
+    import_leaves_the_framework_alone(ADAPTERS[adapter].framework)

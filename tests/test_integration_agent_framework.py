@@ -28,7 +28,7 @@ from agent_framework import (
 
 from distbrake import LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.agent_framework import LoopBrakeMiddleware
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import Body, Run, Seen, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -213,10 +213,6 @@ async def test_session_id_callable_gets_the_invocation_context(brakes: Any) -> N
 
 def test_options_are_validated() -> None:
     refuses_bad_options(LoopBrakeMiddleware)
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "agent_framework", ["agent_framework"], "agent-framework")
 
 
 # -- two workers sharing one real Redis -----------------------------------------------------------

@@ -22,8 +22,6 @@ from tests.adapters import (
     Body,
     Run,
     Seen,
-    import_leaves_the_framework_alone,
-    names_its_extra_when_missing,
     refuses_bad_options,
 )
 from tests.backends import ADAPTER_BRAKES, next_answer
@@ -175,14 +173,6 @@ async def test_session_id_callable_gets_the_hook_input() -> None:
 
 def test_options_are_validated() -> None:
     refuses_bad_options(loop_brake_hooks)
-
-
-def test_import_distbrake_does_not_import_the_framework() -> None:
-    import_leaves_the_framework_alone("claude_agent_sdk")
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "claude_agent_sdk", ["claude_agent_sdk"], "claude-agent-sdk")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

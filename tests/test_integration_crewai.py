@@ -36,7 +36,7 @@ from crewai.tools import tool
 
 from distbrake import AsyncDistributedBrake, LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.crewai import LoopBrakeAborted, install_hooks
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import Body, Run, Seen, refuses_bad_options
 from tests.backends import SYNC_ADAPTER_BRAKES
 
 # CrewAI 1.15 reads its own deprecated agent fields while running a crew (function_calling_llm,
@@ -301,10 +301,6 @@ def test_session_id_callable_gets_the_hook_context(brakes: Any) -> None:
 
 def test_options_are_validated() -> None:
     refuses_bad_options(install_hooks, session_id=False)
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "crewai", ["crewai.hooks"], "crewai")
 
 
 # -- two workers sharing one real Redis -----------------------------------------------------------

@@ -7,7 +7,6 @@ the client's `_meta`, the principal, or (handshake era only) the transport.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,7 +28,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen
 from tests.backends import AnyBrake as Brake
 from tests.backends import inspect_count, next_answer, session_names
 
@@ -368,11 +367,6 @@ async def test_streamable_http_sessions(
     assert stable == (not stateless_http and mode == "legacy")
     if expected == "mcp-session:":
         assert sessions[0] == f"mcp-session:{app.transport_sessions[0]}"
-
-
-def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded = [n for n in sys.modules if n == "fastmcp" or n.startswith("fastmcp.")]
-    names_its_extra_when_missing(monkeypatch, "fastmcp", loaded, "fastmcp")
 
 
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------

@@ -29,8 +29,6 @@ from tests.adapters import (
     Body,
     Run,
     Seen,
-    import_leaves_the_framework_alone,
-    names_its_extra_when_missing,
     refuses_bad_options,
 )
 from tests.backends import ADAPTER_BRAKES, next_answer
@@ -218,14 +216,6 @@ async def test_session_id_callable_gets_the_tool_context() -> None:
 
 def test_options_are_validated() -> None:
     refuses_bad_options(LoopBrakePlugin)
-
-
-def test_import_distbrake_does_not_import_the_framework() -> None:
-    import_leaves_the_framework_alone("google.adk")
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "google_adk", ["google.adk.plugins"], "google-adk")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

@@ -40,7 +40,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.langchain import LoopBrakeMiddleware, tool_call_wrappers
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, memory_url, next_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -277,10 +277,6 @@ def test_on_deny_is_validated() -> None:
         tool_call_wrappers(LoopBrake(), on_deny="warn")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="check"):
         LoopBrakeMiddleware(object())  # type: ignore[arg-type]
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "langchain", ["langchain.agents.middleware"], "langchain")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

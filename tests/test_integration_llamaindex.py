@@ -26,8 +26,6 @@ from tests.adapters import (
     Body,
     Run,
     Seen,
-    import_leaves_the_framework_alone,
-    names_its_extra_when_missing,
     refuses_bad_options,
 )
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
@@ -271,14 +269,6 @@ async def test_a_closed_policy_on_a_dead_backend_is_an_error_result_before_the_t
 
 def test_options_are_validated() -> None:
     refuses_bad_options(lambda brake, **options: guard_tools(brake, [], **options))
-
-
-def test_import_distbrake_does_not_import_the_framework() -> None:
-    import_leaves_the_framework_alone("llama_index")
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "llamaindex", ["llama_index.core.tools"], "llamaindex")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 
 from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen
 from tests.backends import AnyBrake as Brake
 from tests.backends import inspect_count, next_answer, session_names
 
@@ -284,10 +284,6 @@ async def test_streamable_http_sessions(stateless_http: bool, mode: str, expecte
     assert sessions[0].startswith(expected)
     one_connection = len({id(c) for c in app.connections}) == 1
     assert one_connection == (not stateless_http and mode == "legacy")
-
-
-def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "mcp", ["mcp_types"], "mcp")
 
 
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------

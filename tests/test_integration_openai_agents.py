@@ -43,7 +43,7 @@ from distbrake.integrations.openai_agents import (
     loop_brake_guardrail,
     tool_arguments,
 )
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen
 from tests.backends import AnyBrake as Brake
 from tests.backends import inspect_count, next_answer, session_names
 
@@ -375,10 +375,6 @@ def test_on_deny_is_checked() -> None:
 )
 def test_tool_arguments(raw: str, hashed: Any) -> None:
     assert tool_arguments(raw) == hashed
-
-
-def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "openai_agents", ["agents"], "openai-agents")
 
 
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------

@@ -37,7 +37,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.pydantic_ai import LoopBrakeCapability
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing
+from tests.adapters import Body, Run, Seen
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -269,10 +269,6 @@ def test_on_deny_is_validated() -> None:
         LoopBrakeCapability(LoopBrake(), on_deny="")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="check"):
         LoopBrakeCapability(object())  # type: ignore[arg-type]
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "pydantic_ai", ["pydantic_ai.capabilities"], "pydantic-ai")
 
 
 # -- two workers sharing one real Redis ---------------------------------------------------

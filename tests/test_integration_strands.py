@@ -21,7 +21,7 @@ from strands.types.exceptions import EventLoopException
 
 from distbrake import LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.strands import RUN_ID_KEY, LoopBrakeHook
-from tests.adapters import Body, Run, Seen, names_its_extra_when_missing, refuses_bad_options
+from tests.adapters import Body, Run, Seen, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
@@ -211,10 +211,6 @@ def test_session_id_callable_gets_the_event(brakes: Any) -> None:
 
 def test_options_are_validated() -> None:
     refuses_bad_options(LoopBrakeHook, session_id=False)
-
-
-def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "strands", ["strands.hooks"], "strands")
 
 
 # -- two workers sharing one real Redis -----------------------------------------------------------
