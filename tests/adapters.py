@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import itertools
+import logging
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -146,3 +147,30 @@ def import_leaves_the_framework_alone(prefix: str) -> None:
     code += f"print([m for m in sys.modules if m.startswith({prefix!r})])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "[]"
+
+
+def assert_kept_in_process(
+    secret: str,
+    shown: Iterable[str],
+    records: Iterable[logging.LogRecord],
+    brake: Any = None,
+    redis_url: str | None = None,
+) -> None:
+    """A tool argument (`secret`) never left the process: it is in none of `shown` (what the model or the
+    host saw), of distbrake's log records (some are there: the denial), of `brake`'s sessions, or of the
+    bytes stored in the Redis of `redis_url`."""
+    logs = [record.getMessage() for record in records if record.name.startswith("distbrake")]
+    assert logs
+    for text in [*shown, *logs]:
+        assert secret not in text
+    if brake is not None:
+        states = list(brake.sessions())
+        assert states
+        assert all(secret not in repr(state) for state in states)
+    if redis_url is not None:
+        import redis
+
+        from tests.test_security import every_stored_byte
+
+        with redis.Redis.from_url(redis_url) as client:
+            assert secret.encode() not in every_stored_byte(client)

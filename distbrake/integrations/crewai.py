@@ -214,12 +214,8 @@ class BrakeHooks(AdapterOptions):
 
 
 def install_hooks(
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "message",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    scoped: bool = False,
+    brake: Brake, *, on_deny: OnDeny = "message", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, scoped: bool = False,
 ) -> BrakeHooks:
     """Register the brake's CrewAI hooks (see the module text); returns the handle that removes them.
 

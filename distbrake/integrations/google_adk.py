@@ -95,13 +95,8 @@ class LoopBrakePlugin(AdapterOptions, BasePlugin):
     on_deny: OnDeny
 
     def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        name: str = "loop_brake",
+        self, brake: Brake, *, on_deny: OnDeny = "message", scope: Scope = "run",
+        session_id: SessionIdFunction | None = None, name: str = "loop_brake",
     ) -> None:
         self.configure(brake, on_deny, scope, session_id)
         BasePlugin.__init__(self, name=name)

@@ -206,13 +206,8 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
     on_deny: OnDeny
 
     def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        name: str | None = None,
+        self, brake: Brake, *, on_deny: OnDeny = "message", scope: Scope = "run",
+        session_id: SessionIdFunction | None = None, name: str | None = None,
     ) -> None:
         self.configure(brake, on_deny, scope, session_id)
         self._name = name

@@ -213,12 +213,8 @@ def denial_info(error: LoopBrakeError) -> dict[str, Any]:
 
 
 def loop_brake_guardrail(
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "reject",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    name: str = GUARDRAIL_NAME,
+    brake: Brake, *, on_deny: OnDeny = "reject", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, name: str = GUARDRAIL_NAME,
 ) -> ToolInputGuardrail[Any]:
     """A tool input guardrail that denies the Nth identical call in a row.
 
@@ -303,13 +299,8 @@ def _braked_invoke(tool: FunctionTool, brake: Brake) -> Invoke:
 
 
 def brake_function_tool(
-    tool: FunctionTool,
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "reject",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    name: str = GUARDRAIL_NAME,
+    tool: FunctionTool, brake: Brake, *, on_deny: OnDeny = "reject", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, name: str = GUARDRAIL_NAME,
 ) -> FunctionTool:
     """Brake one `FunctionTool` in place (returned): the guardrail, plus warnings and observation.
 
@@ -329,13 +320,8 @@ def brake_function_tool(
 
 
 def attach_loop_brake(
-    agent: AgentT,
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "reject",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    name: str = GUARDRAIL_NAME,
+    agent: AgentT, brake: Brake, *, on_deny: OnDeny = "reject", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, name: str = GUARDRAIL_NAME,
 ) -> AgentT:
     """Brake every `FunctionTool` of `agent` (`brake_function_tool`); returns `agent`.
 
