@@ -36,7 +36,7 @@ from tests.adapters import (
     import_leaves_the_framework_alone,
     names_its_extra_when_missing,
 )
-from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, inspect_count
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
 ADAPTER_TIMEOUT = 5.0  # the adapters are tested here, not timing: a busy machine must not reach the policy
@@ -192,3 +192,20 @@ def test_a_missing_framework_names_the_extra_to_install(adapter: str, monkeypatc
 
 def test_import_distbrake_does_not_import_the_framework(adapter: str) -> None:
     import_leaves_the_framework_alone(ADAPTERS[adapter].framework)
+
+
+async def test_a_session_id_callable_names_the_session_and_none_falls_back_to_the_scope(
+    driver: Driver, brake: Callable[..., Any]
+) -> None:
+    shared, body = brake(), Body()
+    scoped: dict[str, Any] = {"scope": "conversation"}
+
+    await driver.run(shared, body, Run(2, "c-named"), session_id=lambda _: "tenant-7")
+    await driver.run(shared, body, Run(2, "c-one"), session_id=lambda _: None, **scoped)
+    other = await driver.run(shared, body, Run(1, "c-two"), session_id=lambda _: None, **scoped)
+    again = await driver.run(shared, body, Run(1, "c-one"), session_id=lambda _: "", **scoped)
+
+    assert await inspect_count(shared, "tenant-7") == 2
+    assert [s.refused for s in other] == [False]  # None: the scope's session, another conversation's
+    assert [s.refused for s in again] == [True]  # "": the scope's session, the first conversation's third call
+    assert len(body.runs) == 5

@@ -9,7 +9,6 @@ does for the real CLI. The hooks are async, so every adapter brake kind works.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -201,19 +200,14 @@ async def test_a_failed_use_is_observed_as_a_result() -> None:
 SECRET = "sk-live-7f3a9c2e1b"
 
 
-@pytest.fixture
-def every_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG):
-        yield caplog
-
-
 async def test_arguments_never_leave_the_process(
-    redis_url: str, brakes: Any, every_log: pytest.LogCaptureFixture
+    redis_url: str, brakes: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     tools = Tools()
     cli = repeating(tools, 3, ("search", {"q": SECRET}))
 
     await run(cli, loop_brake_hooks(brakes("sync-redis", redis_url, warn_at=2), on_deny="raise"))
 
     shown = [repr(cli.model_inputs[1][1:]), repr(cli.model_inputs[2]), *cli.stop_reasons]
-    assert_kept_in_process(SECRET, shown, every_log.records, redis_url=redis_url)
+    assert_kept_in_process(SECRET, shown, caplog.records, redis_url=redis_url)

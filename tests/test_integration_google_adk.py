@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -261,15 +261,10 @@ async def test_a_raised_error_is_observed_as_a_result() -> None:
 SECRET = "sk-live-7f3a9c2e1b"
 
 
-@pytest.fixture
-def every_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG):
-        yield caplog
-
-
 async def test_arguments_never_leave_the_process(
-    redis_url: str, brakes: Any, every_log: pytest.LogCaptureFixture
+    redis_url: str, brakes: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     worker = Worker(repeating(q=SECRET), LoopBrakePlugin(brakes("sync-redis", redis_url, warn_at=2)))
     raising = Worker(repeating(q=SECRET), LoopBrakePlugin(brakes("sync-redis", redis_url), on_deny="raise"))
 
@@ -279,4 +274,4 @@ async def test_arguments_never_leave_the_process(
 
     refusal, warned = worker.model.responses(3)[0], worker.model.responses(2)[0]
     shown = [refusal["error"], warned[WARNING_KEY], str(caught.value), repr(caught.value.__cause__)]
-    assert_kept_in_process(SECRET, shown, every_log.records, redis_url=redis_url)
+    assert_kept_in_process(SECRET, shown, caplog.records, redis_url=redis_url)

@@ -9,7 +9,7 @@ kind works there; `call` (a sync caller) is driven directly with the sync ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -300,15 +300,10 @@ async def test_a_raised_error_is_observed_as_a_result() -> None:
 SECRET = "sk-live-7f3a9c2e1b"
 
 
-@pytest.fixture
-def every_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.DEBUG):
-        yield caplog
-
-
 async def test_arguments_never_leave_the_process(
-    redis_url: str, brakes: Any, every_log: pytest.LogCaptureFixture
+    redis_url: str, brakes: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     tools, script = Tools(), repeating(q=SECRET)
     handler = tools.agent(script, brakes("sync-redis", redis_url, warn_at=2)).run(user_msg="?")
     outputs: list[ToolOutput] = [e.tool_output async for e in handler.stream_events() if isinstance(e, ToolCallResult)]
@@ -320,4 +315,4 @@ async def test_arguments_never_leave_the_process(
 
     refusal, warning = outputs[2], outputs[1].blocks[-1]
     shown = [refusal.model_dump_json(), warning.model_dump_json(), str(caught.value), repr(caught.value)]
-    assert_kept_in_process(SECRET, shown, every_log.records, redis_url=redis_url)
+    assert_kept_in_process(SECRET, shown, caplog.records, redis_url=redis_url)

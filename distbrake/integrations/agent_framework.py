@@ -160,10 +160,8 @@ class LoopBrakeMiddleware(AdapterOptions, FunctionMiddleware):
             call_id = context.metadata.get("call_id") or ""
             qualified = f"{run or ''}/{call_id}/{uuid.uuid4().hex[:12]}"
             context.metadata[_CALL_KEY] = qualified
-        if self.session_id is not None:
-            return self.session_id(context), qualified
         conversation = context.session.session_id if context.session is not None else None
-        return scoped_session(self.scope, conversation, run), qualified
+        return self.pick_session(context, lambda _: scoped_session(self.scope, conversation, run)), qualified
 
     async def _check(self, context: FunctionInvocationContext) -> Any:
         session, call_id = self._identify(context)

@@ -92,9 +92,7 @@ class _Hooks(AdapterOptions):
         self.pending = Pending(PENDING_LIMIT)
 
     def session_of(self, data: Mapping[str, Any]) -> object:
-        if self.session_id is not None:
-            return self.session_id(data)
-        return scoped_session(self.scope, data.get("session_id"), data.get("prompt_id"))
+        return self.pick_session(data, lambda d: scoped_session(self.scope, d.get("session_id"), d.get("prompt_id")))
 
     def deny(self, error: LoopBrakeError | BrakeUnavailableError) -> HookJSONOutput:
         text = str(error)

@@ -166,8 +166,9 @@ class BrakeHooks(AdapterOptions):
             _run.set((crew, uuid.uuid4().hex))
 
     def _session(self, context: Any) -> object:
-        if self.session_id is not None:
-            return self.session_id(context)
+        return self.pick_session(context, self._scoped)
+
+    def _scoped(self, context: Any) -> object:
         crew = _id(context.crew)
         if crew is None:
             return _id(context.agent)

@@ -103,9 +103,7 @@ class LoopBrakePlugin(AdapterOptions, BasePlugin):
 
     def session_of(self, tool_context: ToolContext) -> object:
         """The session of a call: `session_id(tool_context)`, else by the scope (see the module text)."""
-        if self.session_id is not None:
-            return self.session_id(tool_context)
-        return scoped_session(self.scope, tool_context.session.id, tool_context.invocation_id)
+        return self.pick_session(tool_context, lambda c: scoped_session(self.scope, c.session.id, c.invocation_id))
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext

@@ -109,8 +109,10 @@ class _Guard(AdapterOptions):
         return tool.metadata.get_name(), hashed, self.session_of(context)
 
     def session_of(self, context: object) -> object:
-        if self.session_id is not None:
-            return self.session_id(context if context is not None else _step_context())
+        given = context if context is not None or self.session_id is None else _step_context()
+        return self.pick_session(given, self._scoped)
+
+    def _scoped(self, context: object) -> str | None:
         run = active_instrument_tags.get().get(RUN_ID_TAG)
         return scoped_session(self.scope, bound_session(), run)
 

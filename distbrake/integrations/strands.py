@@ -107,8 +107,9 @@ class LoopBrakeHook(AdapterOptions, HookProvider):
         return f"{_run_id(state)}/{state.get('event_loop_cycle_id', '')}/{tool_use_id}"
 
     def _session(self, event: BeforeToolCallEvent) -> object:
-        if self.session_id is not None:
-            return self.session_id(event)
+        return self.pick_session(event, self._scoped)
+
+    def _scoped(self, event: BeforeToolCallEvent) -> str | None:
         state = event.invocation_state
         conversation = state.get("session_id") or getattr(event.agent, "agent_id", None)
         return scoped_session(self.scope, conversation, _run_id(state))
