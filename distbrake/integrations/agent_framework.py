@@ -67,15 +67,7 @@ from pydantic_core import to_jsonable_python
 
 from ..errors import LoopBrakeError, UnsupportedArgumentsError
 from ..wrap import acheck
-from .kernel import (
-    AdapterOptions,
-    OnDeny,
-    requires,
-    run_allowed,
-    scoped_session,
-    text_with_warning,
-    warning_of,
-)
+from .kernel import AdapterOptions, OnDeny, requires, run_allowed, scoped_session, text_with_warning, warning_of
 
 with requires(__name__, "Microsoft Agent Framework (agent-framework-core >= 1.23)", "agent-framework"):
     from agent_framework import Content, FunctionInvocationContext, FunctionMiddleware, MiddlewareFailure

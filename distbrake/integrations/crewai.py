@@ -74,16 +74,8 @@ from typing import Any
 
 from ..errors import DistbrakeError, LoopBrakeError
 from ..wrap import Brake, is_async_brake
-from .kernel import (
-    AdapterOptions,
-    OnDeny,
-    Scope,
-    SessionIdFunction,
-    requires,
-    scoped_session,
-    settle_sync,
-    text_with_warning,
-)
+from . import kernel
+from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
 
 with requires(__name__, "CrewAI (crewai >= 1.15)", "crewai"):
     from crewai.hooks import HookAborted, InterceptionPoint
@@ -202,10 +194,10 @@ class BrakeHooks(AdapterOptions):
         outcome = decided[2]
         if isinstance(outcome, LoopBrakeAborted):
             return str(outcome)  # in place of CrewAI's "Tool execution blocked by hook"
-        warning = settle_sync(self.brake, outcome, context.raw_tool_result)
+        warning = kernel.settle_sync(self.brake, outcome, context.raw_tool_result)
         if warning is None:
             return None
-        return text_with_warning("" if context.tool_result is None else str(context.tool_result), warning)
+        return kernel.text_with_warning("" if context.tool_result is None else str(context.tool_result), warning)
 
     def _before_model(self, context: Any) -> None:
         with self._lock:

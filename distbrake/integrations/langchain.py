@@ -76,18 +76,8 @@ from typing import Any
 
 from ..errors import LoopBrakeError
 from ..wrap import Brake, is_async_brake
-from .kernel import (
-    AdapterOptions,
-    OnDeny,
-    Scope,
-    SessionIdFunction,
-    requires,
-    run_allowed,
-    run_allowed_sync,
-    scoped_session,
-    text_with_warning,
-    warning_of,
-)
+from . import kernel
+from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
 
 with requires(__name__, "LangChain 1.x and LangGraph", "langchain"):
     from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -169,7 +159,7 @@ def _warned_message(message: ToolMessage, warning: str) -> ToolMessage:
     """`message` with `warning` added to its content; everything else kept."""
     content = message.content
     if isinstance(content, str):
-        new: Any = text_with_warning(content, warning)
+        new: Any = kernel.text_with_warning(content, warning)
     else:
         new = [*content, {"type": "text", "text": warning}]
     return message.model_copy(update={"content": new})
@@ -253,10 +243,10 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
             return self._deny(request, error)
         token = _running.set(mark)
         try:
-            result = run_allowed_sync(self.brake, verdict, lambda: handler(request), _observed)
+            result = kernel.run_allowed_sync(self.brake, verdict, lambda: handler(request), _observed)
         finally:
             _running.reset(token)
-        return _with_warning(result, warning_of(verdict), request.tool_call.get("id"))
+        return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))
 
     async def awrap_tool_call(
         self,
@@ -272,10 +262,10 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
             return self._deny(request, error)
         token = _running.set(mark)
         try:
-            result = await run_allowed(self.brake, verdict, lambda: handler(request), _observed)
+            result = await kernel.run_allowed(self.brake, verdict, lambda: handler(request), _observed)
         finally:
             _running.reset(token)
-        return _with_warning(result, warning_of(verdict), request.tool_call.get("id"))
+        return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))
 
 
 def tool_call_wrappers(

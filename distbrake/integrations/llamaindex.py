@@ -68,17 +68,8 @@ from typing import Any
 from ..errors import LoopBrakeError
 from ..session import bound_session
 from ..wrap import Brake, is_async_brake
-from .kernel import (
-    AdapterOptions,
-    OnDeny,
-    Scope,
-    SessionIdFunction,
-    requires,
-    run_allowed,
-    run_allowed_sync,
-    scoped_session,
-    warning_of,
-)
+from . import kernel
+from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
 
 with requires(__name__, "LlamaIndex 0.14 or newer", "llamaindex"):
     from llama_index.core.agent.workflow import ToolCallResult
@@ -171,11 +162,11 @@ class BrakedFunctionTool(FunctionTool):
         verdict, error = guard.screen_sync(name, hashed, session_id=session)
         if error is not None:
             return guard.refused(self, error)
-        output = run_allowed_sync(
+        output = kernel.run_allowed_sync(
             guard.brake, verdict, lambda: super(BrakedFunctionTool, self).call(*args, **kwargs), _raw_output,
             Exception,
         )
-        return with_warning(output, warning_of(verdict))
+        return with_warning(output, kernel.warning_of(verdict))
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
         """Check the call with any brake (never blocking the loop); run the tool only when it is allowed."""
@@ -184,11 +175,11 @@ class BrakedFunctionTool(FunctionTool):
         verdict, error = await guard.screen(name, hashed, session_id=session)
         if error is not None:
             return guard.refused(self, error)
-        output = await run_allowed(
+        output = await kernel.run_allowed(
             guard.brake, verdict, lambda: super(BrakedFunctionTool, self).acall(*args, **kwargs), _raw_output,
             Exception,
         )
-        return with_warning(output, warning_of(verdict))
+        return with_warning(output, kernel.warning_of(verdict))
 
 
 def guard_tools(
