@@ -215,9 +215,6 @@ def test_options_are_validated() -> None:
     refuses_bad_options(LoopBrakeMiddleware)
 
 
-# -- two workers sharing one real Redis -----------------------------------------------------------
-
-
 # -- warn before deny, progress-aware tools, arguments ------------------------------------------------
 
 

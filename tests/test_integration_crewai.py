@@ -303,9 +303,6 @@ def test_options_are_validated() -> None:
     refuses_bad_options(install_hooks, session_id=False)
 
 
-# -- two workers sharing one real Redis -----------------------------------------------------------
-
-
 # -- warn before deny, progress-aware tools, arguments ------------------------------------------------
 
 

@@ -304,9 +304,6 @@ async def test_client_call_id_makes_a_retry_count_once(make_brake: Callable[...,
     assert await inspect_count(brake, "s1") == 3
 
 
-# -- two workers, one Redis ---------------------------------------------------------
-
-
 # -- Streamable HTTP (in-process ASGI, bearer auth) ------------------------------------
 
 

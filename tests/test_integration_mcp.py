@@ -252,9 +252,6 @@ async def test_extension_on_the_high_level_mcpserver(make_brake: Callable[..., B
     }
 
 
-# -- two workers, one Redis ---------------------------------------------------------
-
-
 # -- Streamable HTTP (in-process ASGI) ------------------------------------------------
 
 

@@ -287,9 +287,6 @@ async def test_session_id_overrides_and_none_falls_back() -> None:
     assert re.fullmatch(run_session("conv-3"), fallback)  # None: the default rule
 
 
-# -- two workers, one Redis ---------------------------------------------------------
-
-
 # -- approval: the guardrail runs twice for one call ----------------------------------
 
 

@@ -271,9 +271,6 @@ def test_on_deny_is_validated() -> None:
         LoopBrakeCapability(object())  # type: ignore[arg-type]
 
 
-# -- two workers sharing one real Redis ---------------------------------------------------
-
-
 # -- one turn, several identical calls at once (hooks run concurrently) ------------------
 
 

@@ -213,9 +213,6 @@ def test_options_are_validated() -> None:
     refuses_bad_options(LoopBrakeHook, session_id=False)
 
 
-# -- two workers sharing one real Redis -----------------------------------------------------------
-
-
 # -- warn before deny, progress-aware tools, arguments ------------------------------------------------
 
 
