@@ -10,7 +10,7 @@ import itertools
 import logging
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -174,3 +174,12 @@ def assert_kept_in_process(
 
         with redis.Redis.from_url(redis_url) as client:
             assert secret.encode() not in every_stored_byte(client)
+
+
+async def refused_each_day(
+    call: Callable[[dict[str, Any]], Awaitable[tuple[bool, str]]], with_run: bool = True
+) -> list[bool]:
+    """An MCP client's week: one conversation ("week"), three user turns (each its own run id in `_meta` when
+    `with_run`), one identical `search` each; `call(meta)` is the client's call. Was each turn's call refused?"""
+    days = ("monday", "tuesday", "wednesday")
+    return [(await call({"session_id": "week", **({"run_id": f"run-{day}"} if with_run else {})}))[0] for day in days]

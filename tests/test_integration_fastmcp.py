@@ -28,7 +28,7 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
-from tests.adapters import Body, Run, Seen
+from tests.adapters import Body, Run, Seen, refused_each_day
 from tests.backends import AnyBrake as Brake
 from tests.backends import inspect_count, next_answer, session_names
 
@@ -404,16 +404,9 @@ async def test_a_raised_error_is_observed_as_a_result(make_brake: Callable[..., 
 
 # -- the session scope: the client names the session, and may name its run --------------
 
-DAYS = ("monday", "tuesday", "wednesday")
-
-
 async def week(app: SearchServer, with_run: bool = True) -> list[bool]:
-    """One conversation, three user turns, one identical `search` each: was each turn's call refused?"""
     async with Client(app.mcp) as client:
-        return [
-            (await call(client, {"session_id": "week", **({"run_id": f"run-{day}"} if with_run else {})}))[0]
-            for day in DAYS
-        ]
+        return await refused_each_day(lambda meta: call(client, meta), with_run)
 
 
 @pytest.mark.parametrize("scope", ["run", "conversation"])

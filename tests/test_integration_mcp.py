@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 
 from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
-from tests.adapters import Body, Run, Seen
+from tests.adapters import Body, Run, Seen, refused_each_day
 from tests.backends import AnyBrake as Brake
 from tests.backends import inspect_count, next_answer, session_names
 
@@ -342,16 +342,9 @@ async def test_a_raised_error_is_observed_as_a_result(wiring: str) -> None:
 
 # -- the session scope: the client names the session, and may name its run --------------
 
-DAYS = ("monday", "tuesday", "wednesday")
-
-
 async def week(app: SearchServer, with_run: bool = True) -> list[bool]:
-    """One conversation, three user turns, one identical `search` each: was each turn's call refused?"""
     async with Client(app.server) as client:
-        return [
-            (await call(client, {"session_id": "week", **({"run_id": f"run-{day}"} if with_run else {})}))[0]
-            for day in DAYS
-        ]
+        return await refused_each_day(lambda meta: call(client, meta), with_run)
 
 
 @pytest.mark.parametrize("wiring", WIRINGS)
