@@ -188,7 +188,10 @@ class AdapterOptions:
     def ends_run(self, error: BaseException) -> bool:
         """Whether a refusal ends the run (the framework's way) rather than being shown to the model.
 
-        The one place that decides it for every adapter: today `on_deny="raise"`.
+        The one place that decides it for every adapter: today `on_deny="raise"`. The halt (a refusal
+        that ends the loop whatever `on_deny` says) goes here, as a test of `error`; each adapter then
+        already ends the run its framework's way. The MCP adapters, whose server cannot end the
+        client's run, always answer a refusal as a tool error and do not ask.
         """
         return bool(self.on_deny == "raise")
 
