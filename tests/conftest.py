@@ -8,20 +8,17 @@ Redis on 6379) and flushed between tests. `redis-server` must be on PATH:
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from tests.adapters import SEPARATE_ENVIRONMENTS, collected
 from tests.backends import ADAPTER_BRAKES, AnyBrake, Brakes
 from tests.servers import RedisCluster, RedisServer
 
-# Adapters whose framework cannot share the main environment (crewai and strands pin an mcp
-# the mcp extra cannot use): their modules are collected only where the framework is
-# installed. `.ci/run` runs each in its own environment and fails unless it passed with no skip.
-SEPARATE_ENVIRONMENTS = {"crewai": "test_integration_crewai.py", "strands": "test_integration_strands.py"}
-collect_ignore = [module for framework, module in SEPARATE_ENVIRONMENTS.items()
-                  if importlib.util.find_spec(framework) is None]
+# The adapters of SEPARATE_ENVIRONMENTS (tests/adapters.py) are collected only where their framework is
+# installed: here their modules; tests/test_adapter_contract.py leaves out their cases the same way.
+collect_ignore = [f"test_integration_{adapter}.py" for adapter in SEPARATE_ENVIRONMENTS if not collected(adapter)]
 
 # The fault tests' fixtures (make, server, proxy) for every fault-themed module.
 pytest_plugins = ["tests.faults"]

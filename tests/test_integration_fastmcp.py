@@ -7,7 +7,6 @@ the client's `_meta`, the principal, or (handshake era only) the transport.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,9 +28,9 @@ from distbrake import (
     hash_prefix,
 )
 from distbrake.integrations.fastmcp import LoopBrakeMiddleware
-from tests.adapters import names_its_extra_when_missing
-from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
+from tests.adapters import Body, Run, Seen, refused_each_day
 from tests.backends import AnyBrake as Brake
+from tests.backends import inspect_count, next_answer, session_names
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
@@ -56,6 +55,23 @@ class SearchServer:
             if ctx.request_context is not None:  # None when called server-side
                 self.transport_sessions.append(ctx.session_id)
             return f"results for {q}"
+
+
+class Driver:
+    """The contract test's FastMCP: a server with the middleware, called by a client naming its session and run
+    in `_meta` (the server cannot see the client's runs: the client names them)."""
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        mcp = FastMCP("search", middleware=[LoopBrakeMiddleware(brake, **options)])
+
+        @mcp.tool
+        def search(q: str) -> str:
+            return body(q)
+
+        meta = {"session_id": plan.conversation, "run_id": plan.ids[0]}
+        async with Client(mcp) as client:
+            results = [await client.call_tool("search", ARGS, raise_on_error=False, meta=meta) for _ in plan.ids]
+        return [Seen(r.is_error, "\n".join(getattr(block, "text", "") for block in r.content)) for r in results]
 
 
 async def call(client: Client[Any], meta: dict[str, Any] | None = None) -> tuple[bool, str]:
@@ -288,25 +304,6 @@ async def test_client_call_id_makes_a_retry_count_once(make_brake: Callable[...,
     assert await inspect_count(brake, "s1") == 3
 
 
-# -- two workers, one Redis ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", REDIS_BRAKES)
-async def test_two_servers_share_a_streak_through_redis(brakes: Brakes, kind: str) -> None:
-    worker_a = SearchServer(brakes(kind))
-    worker_b = SearchServer(brakes(kind))
-    async with Client(worker_a.mcp) as to_a, Client(worker_b.mcp) as to_b:
-        assert (await call(to_a, {"session_id": "s1"}))[0] is False
-        assert (await call(to_b, {"session_id": "s1"}))[0] is False
-        assert (await call(to_a, {"session_id": "s2"}))[0] is False  # not shared: own streak
-        assert (await call(to_b, {"session_id": "s2"}))[0] is False
-        denied, text = await call(to_b, {"session_id": "s1"})
-        assert (await call(to_a, {"session_id": "s3"}))[0] is False
-    assert denied is True
-    assert_refusal(text)
-    assert (worker_a.runs, worker_b.runs) == (3, 2)
-
-
 # -- Streamable HTTP (in-process ASGI, bearer auth) ------------------------------------
 
 
@@ -369,43 +366,7 @@ async def test_streamable_http_sessions(
         assert sessions[0] == f"mcp-session:{app.transport_sessions[0]}"
 
 
-def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded = [n for n in sys.modules if n == "fastmcp" or n.startswith("fastmcp.")]
-    names_its_extra_when_missing(monkeypatch, "fastmcp", loaded, "fastmcp")
-
-
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------
-
-
-async def test_warning_reaches_the_client_with_the_result_then_denial(
-    make_brake: Callable[..., Brake],
-) -> None:
-    app = SearchServer(make_brake(warn_at=2))
-    async with Client(app.mcp) as client:
-        raw = [
-            await client.call_tool_mcp("search", ARGS, meta={"session_id": "w"}) for _ in range(3)
-        ]
-    texts = [[block.text for block in result.content] for result in raw]  # type: ignore[union-attr]
-    assert texts[0] == ["results for weather"]
-    result, warning = texts[1]
-    assert result == "results for weather"  # the tool's own result, whole
-    assert "called 2 times in a row" in warning
-    assert "the next identical call will be denied" in warning
-    assert PREFIX in warning
-    assert raw[1].is_error is False
-    assert raw[1].structured_content == raw[0].structured_content  # untouched
-    assert raw[2].is_error is True
-    assert_refusal(texts[2][0])
-    assert app.runs == 2
-
-
-async def test_shadow_mode_shows_no_warning(make_brake: Callable[..., Brake]) -> None:
-    app = SearchServer(make_brake(warn_at=2, enforce=False))
-    async with Client(app.mcp) as client:
-        raw = [await client.call_tool_mcp("search", ARGS) for _ in range(3)]
-    assert [len(result.content) for result in raw] == [1, 1, 1]
-    assert [result.is_error for result in raw] == [False] * 3
-    assert app.runs == 3
 
 
 class Poller:
@@ -433,22 +394,6 @@ class Poller:
 POLLER = {"get_job_status": {"progress": True}}
 
 
-async def test_a_poller_whose_result_changes_is_never_denied(
-    make_brake: Callable[..., Brake],
-) -> None:
-    poller = Poller(make_brake(tools=POLLER), [f"{i * 20}% done" for i in range(6)])
-    assert await poller.poll(6) == [False] * 6
-    assert poller.runs == 6
-
-
-async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(
-    make_brake: Callable[..., Brake],
-) -> None:
-    poller = Poller(make_brake(tools=POLLER), ["running"] * 6)
-    assert await poller.poll(3) == [False, False, True]
-    assert poller.runs == 2
-
-
 async def test_a_raised_error_is_observed_as_a_result(make_brake: Callable[..., Brake]) -> None:
     # Result, error, result, ...: each differs from the one before, so the streak restarts.
     answers: list[Any] = ["running", ToolError("backend busy")] * 3
@@ -459,33 +404,9 @@ async def test_a_raised_error_is_observed_as_a_result(make_brake: Callable[..., 
 
 # -- the session scope: the client names the session, and may name its run --------------
 
-DAYS = ("monday", "tuesday", "wednesday")
-
-
 async def week(app: SearchServer, with_run: bool = True) -> list[bool]:
-    """One conversation, three user turns, one identical `search` each: was each turn's call refused?"""
     async with Client(app.mcp) as client:
-        return [
-            (await call(client, {"session_id": "week", **({"run_id": f"run-{day}"} if with_run else {})}))[0]
-            for day in DAYS
-        ]
-
-
-async def test_a_client_run_id_makes_each_turn_its_own_streak(make_brake: Callable[..., Brake]) -> None:
-    brake = make_brake()
-    app = SearchServer(brake)
-
-    assert await week(app) == [False, False, False]
-    assert app.runs == 3
-    assert await session_names(brake) == [f"week/run/run-{day}" for day in sorted(DAYS)]
-
-
-async def test_scope_conversation_ignores_the_client_run_id() -> None:
-    brake = LoopBrake()
-    app = SearchServer(brake, scope="conversation")
-
-    assert await week(app) == [False, False, True]
-    assert [s.session_id for s in brake.sessions()] == ["week"]
+        return await refused_each_day(lambda meta: call(client, meta), with_run)
 
 
 @pytest.mark.parametrize("scope", ["run", "conversation"])

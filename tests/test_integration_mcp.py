@@ -24,9 +24,9 @@ from mcp.shared.exceptions import MCPError
 
 from distbrake import ConfigurationError, LoopBrake, call_hash, hash_prefix
 from distbrake.integrations.mcp import LoopBrakeExtension, brake_call_tool
-from tests.adapters import names_its_extra_when_missing
-from tests.backends import REDIS_BRAKES, Brakes, inspect_count, next_answer, session_names
+from tests.adapters import Body, Run, Seen, refused_each_day
 from tests.backends import AnyBrake as Brake
+from tests.backends import inspect_count, next_answer, session_names
 
 ARGS = {"q": "weather"}
 PREFIX = hash_prefix(call_hash("search", ARGS))
@@ -39,8 +39,11 @@ WIRINGS = ["wrap", "extension"]
 class SearchServer:
     """A low-level `Server` whose `search` handler counts runs and records its connection."""
 
-    def __init__(self, brake: Brake, wiring: str = "wrap", **options: Any) -> None:
+    def __init__(
+        self, brake: Brake, wiring: str = "wrap", body: Callable[[str], str] | None = None, **options: Any
+    ) -> None:
         self.runs = 0
+        self.body = body
         self.connections: list[Any] = []  # kept alive, so distinct ones never share an id()
         self.stream_ids: list[str | None] = []
         handler: Any
@@ -66,7 +69,20 @@ class SearchServer:
         self.connections.append(connection)
         self.stream_ids.append(connection.state.get("distbrake.session_id"))
         q = (params.arguments or {}).get("q")
-        return types.CallToolResult(content=[types.TextContent(type="text", text=f"results for {q}")])
+        text = f"results for {q}" if self.body is None else self.body(str(q))
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+class Driver:
+    """The contract test's low-level MCP server: `brake_call_tool` around the handler, called by a client naming
+    its session and run in `_meta` (the server cannot see the client's runs: the client names them)."""
+
+    async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
+        app = SearchServer(brake, body=body, **options)
+        meta = {"session_id": plan.conversation, "run_id": plan.ids[0]}
+        async with Client(app.server) as client:
+            results = [await client.call_tool("search", ARGS, meta=meta) for _ in plan.ids]  # type: ignore[arg-type]
+        return [Seen(r.is_error, "\n".join(getattr(block, "text", "") for block in r.content)) for r in results]
 
 
 async def call(client: Client, meta: dict[str, Any] | None = None) -> tuple[bool, str]:
@@ -236,25 +252,6 @@ async def test_extension_on_the_high_level_mcpserver(make_brake: Callable[..., B
     }
 
 
-# -- two workers, one Redis ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", REDIS_BRAKES)
-@pytest.mark.parametrize("wiring", WIRINGS)
-async def test_two_servers_share_a_streak_through_redis(brakes: Brakes, kind: str, wiring: str) -> None:
-    brake_a, brake_b = brakes(kind), brakes(kind)
-    worker_a, worker_b = SearchServer(brake_a, wiring), SearchServer(brake_b, wiring)
-    async with Client(worker_a.server) as to_a, Client(worker_b.server) as to_b:
-        assert (await call(to_a, {"session_id": "s1"}))[0] is False
-        assert (await call(to_b, {"session_id": "s1"}))[0] is False
-        assert (await call(to_b, {"session_id": "s2"}))[0] is False  # not shared
-        assert (await call(to_a, {"session_id": "s2"}))[0] is False
-        denied, text = await call(to_a, {"session_id": "s1"})
-    assert denied is True
-    assert_refusal(text)
-    assert (worker_a.runs, worker_b.runs) == (2, 2)
-
-
 # -- Streamable HTTP (in-process ASGI) ------------------------------------------------
 
 
@@ -286,43 +283,7 @@ async def test_streamable_http_sessions(stateless_http: bool, mode: str, expecte
     assert one_connection == (not stateless_http and mode == "legacy")
 
 
-def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    names_its_extra_when_missing(monkeypatch, "mcp", ["mcp_types"], "mcp")
-
-
 # -- warn before deny, progress-aware tools (issue 10) ------------------------------
-
-
-@pytest.mark.parametrize("wiring", WIRINGS)
-async def test_warning_reaches_the_client_with_the_result_then_denial(
-    make_brake: Callable[..., Brake], wiring: str
-) -> None:
-    app = SearchServer(make_brake(warn_at=2), wiring)
-    async with Client(app.server) as client:
-        raw = [
-            await client.call_tool("search", ARGS, meta={"session_id": "w"})  # type: ignore[arg-type]
-            for _ in range(3)
-        ]
-    texts = [[block.text for block in result.content] for result in raw]  # type: ignore[union-attr]
-    assert texts[0] == ["results for weather"]
-    result, warning = texts[1]
-    assert result == "results for weather"  # the tool's own result, whole
-    assert "called 2 times in a row" in warning
-    assert "the next identical call will be denied" in warning
-    assert PREFIX in warning
-    assert raw[1].is_error is False
-    assert raw[2].is_error is True
-    assert_refusal(texts[2][0])
-    assert app.runs == 2
-
-
-@pytest.mark.parametrize("wiring", WIRINGS)
-async def test_shadow_mode_shows_no_warning(make_brake: Callable[..., Brake], wiring: str) -> None:
-    app = SearchServer(make_brake(warn_at=2, enforce=False), wiring)
-    async with Client(app.server) as client:
-        raw = [await client.call_tool("search", ARGS) for _ in range(3)]
-    assert [(len(r.content), r.is_error) for r in raw] == [(1, False)] * 3
-    assert app.runs == 3
 
 
 POLLER = {"get_job_status": {"progress": True}}
@@ -372,24 +333,6 @@ class PollServer:
 
 
 @pytest.mark.parametrize("wiring", WIRINGS)
-async def test_a_poller_whose_result_changes_is_never_denied(
-    make_brake: Callable[..., Brake], wiring: str
-) -> None:
-    poller = PollServer(make_brake(tools=POLLER), wiring, [f"{i * 20}%" for i in range(6)])
-    assert await poller.poll(6) == ["ok"] * 6
-    assert poller.runs == 6
-
-
-@pytest.mark.parametrize("wiring", WIRINGS)
-async def test_a_poller_whose_result_repeats_is_refused_at_the_third_call(
-    make_brake: Callable[..., Brake], wiring: str
-) -> None:
-    poller = PollServer(make_brake(tools=POLLER), wiring, ["running"] * 6)
-    assert await poller.poll(3) == ["ok", "ok", "denied"]
-    assert poller.runs == 2
-
-
-@pytest.mark.parametrize("wiring", WIRINGS)
 async def test_a_raised_error_is_observed_as_a_result(wiring: str) -> None:
     answers: list[Any] = ["running", RuntimeError("backend busy")] * 3
     poller = PollServer(LoopBrake(tools=POLLER), wiring, answers)
@@ -399,28 +342,9 @@ async def test_a_raised_error_is_observed_as_a_result(wiring: str) -> None:
 
 # -- the session scope: the client names the session, and may name its run --------------
 
-DAYS = ("monday", "tuesday", "wednesday")
-
-
 async def week(app: SearchServer, with_run: bool = True) -> list[bool]:
-    """One conversation, three user turns, one identical `search` each: was each turn's call refused?"""
     async with Client(app.server) as client:
-        return [
-            (await call(client, {"session_id": "week", **({"run_id": f"run-{day}"} if with_run else {})}))[0]
-            for day in DAYS
-        ]
-
-
-@pytest.mark.parametrize("wiring", WIRINGS)
-async def test_a_client_run_id_makes_each_turn_its_own_streak(
-    make_brake: Callable[..., Brake], wiring: str
-) -> None:
-    brake = make_brake()
-    app = SearchServer(brake, wiring)
-
-    assert await week(app) == [False, False, False]
-    assert app.runs == 3
-    assert await session_names(brake) == [f"week/run/run-{day}" for day in sorted(DAYS)]
+        return await refused_each_day(lambda meta: call(client, meta), with_run)
 
 
 @pytest.mark.parametrize("wiring", WIRINGS)

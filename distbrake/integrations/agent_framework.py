@@ -60,28 +60,19 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from threading import Lock
-from typing import Any, Literal, get_args
-
-try:
-    from agent_framework import Content, FunctionInvocationContext, FunctionMiddleware, MiddlewareFailure
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "distbrake.integrations.agent_framework needs Microsoft Agent Framework "
-        '(agent-framework-core >= 1.23): pip install "distbrake[agent-framework]"'
-    ) from error
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from ..errors import LoopBrakeError, UnsupportedArgumentsError
-from ..wrap import Brake, acheck, aobserve
-from .options import Scope, SessionIdFunction, check_adapter_options, scoped_session
-from .verdicts import text_with_warning, warning_of
+from ..wrap import acheck
+from .kernel import AdapterOptions, OnDeny, requires, run_allowed, scoped_session, text_with_warning, warning_of
+
+with requires(__name__, "Microsoft Agent Framework (agent-framework-core >= 1.23)", "agent-framework"):
+    from agent_framework import Content, FunctionInvocationContext, FunctionMiddleware, MiddlewareFailure
 
 __all__ = ["LoopBrakeMiddleware", "OnDeny"]
-
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 
 _CALL_KEY = "distbrake.call_id"  # in context.metadata: the call id every braked layer uses
 _CHECKED_KEY = "distbrake.checked_by"  # in context.metadata: ids of the brakes that checked this call
@@ -142,7 +133,7 @@ def _with_warning(result: object, warning: str) -> object:
     return [Content.from_text(text), Content.from_text(warning)] if text else [Content.from_text(warning)]
 
 
-class LoopBrakeMiddleware(FunctionMiddleware):
+class LoopBrakeMiddleware(AdapterOptions, FunctionMiddleware):
     """Deny the Nth identical tool call in a row before the tool runs (see the module text).
 
     `brake` is any distbrake brake; `on_deny` is `"message"` (the refusal is
@@ -151,22 +142,7 @@ class LoopBrakeMiddleware(FunctionMiddleware):
     `FunctionInvocationContext`, overrides the scope.
     """
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-    ) -> None:
-        check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r}, scope={self.scope!r})"
+    on_deny: OnDeny
 
     def _identify(self, context: FunctionInvocationContext) -> tuple[object, str | None]:
         """(session id, call id) of the call."""
@@ -176,10 +152,8 @@ class LoopBrakeMiddleware(FunctionMiddleware):
             call_id = context.metadata.get("call_id") or ""
             qualified = f"{run or ''}/{call_id}/{uuid.uuid4().hex[:12]}"
             context.metadata[_CALL_KEY] = qualified
-        if self.session_id is not None:
-            return self.session_id(context), qualified
         conversation = context.session.session_id if context.session is not None else None
-        return scoped_session(self.scope, conversation, run), qualified
+        return self.pick_session(context, lambda _: scoped_session(self.scope, conversation, run)), qualified
 
     async def _check(self, context: FunctionInvocationContext) -> Any:
         session, call_id = self._identify(context)
@@ -204,19 +178,16 @@ class LoopBrakeMiddleware(FunctionMiddleware):
         try:
             verdict = await self._check(context)
         except LoopBrakeError as error:
-            if self.on_deny == "raise":
+            if self.ends_run(error):
                 raise MiddlewareFailure(str(error)) from error
             context.result = str(error)
             return
-        observe = getattr(verdict, "observe_token", None) is not None
-        try:
+
+        async def run() -> object:
             await call_next()
-        except Exception as raised:
-            if observe:
-                await aobserve(self.brake, verdict, raised)
-            raise
-        if observe:
-            await aobserve(self.brake, verdict, _observed(context.result))
+            return context.result
+
+        result = await run_allowed(self.brake, verdict, run, _observed, Exception)
         warning = warning_of(verdict)
         if warning is not None:
-            context.result = _with_warning(context.result, warning)
+            context.result = _with_warning(result, warning)

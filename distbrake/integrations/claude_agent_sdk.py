@@ -56,11 +56,14 @@ awaited, `DistributedBrake` runs in a worker thread, `LoopBrake` inline.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any
 
-try:
+from ..errors import BrakeUnavailableError, LoopBrakeError
+from ..wrap import Brake
+from .kernel import AdapterOptions, OnDeny, Pending, Scope, SessionIdFunction, requires, scoped_session, settle
+
+with requires(__name__, "the Claude Agent SDK 0.2 or newer", "claude-agent-sdk"):
     from claude_agent_sdk import HookContext, HookInput, HookJSONOutput, HookMatcher
     from claude_agent_sdk.types import (
         HookEvent,
@@ -69,21 +72,9 @@ try:
         PreToolUseHookSpecificOutput,
         SyncHookJSONOutput,
     )
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "distbrake.integrations.claude_agent_sdk needs the Claude Agent SDK 0.2 or newer: "
-        'pip install "distbrake[claude-agent-sdk]"'
-    ) from error
-
-from ..errors import BrakeUnavailableError, LoopBrakeError
-from ..wrap import Brake, acheck, aobserve
-from .options import Scope, SessionIdFunction, check_adapter_options, scoped_session
-from .verdicts import needs_observation, warning_of
 
 __all__ = ["OnDeny", "ToolUseFailed", "loop_brake_hooks"]
 
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 PENDING_LIMIT = 4096
 
 
@@ -91,22 +82,17 @@ class ToolUseFailed(Exception):
     """What a progress-aware tool's failed use is observed as (`PostToolUseFailure`; never its text)."""
 
 
-class _Hooks:
+class _Hooks(AdapterOptions):
     """The brake and options behind one `loop_brake_hooks` call, and its allowed calls awaiting their post hook."""
 
-    def __init__(
-        self, brake: Brake, on_deny: OnDeny, scope: Scope, session_id: SessionIdFunction | None
-    ) -> None:
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
-        self.pending: OrderedDict[str, Any] = OrderedDict()
+    on_deny: OnDeny
+
+    def configure(self, brake: Brake, on_deny: str, scope: Scope, session_id: SessionIdFunction | None) -> None:
+        AdapterOptions.configure(self, brake, on_deny, scope, session_id)
+        self.pending = Pending(PENDING_LIMIT)
 
     def session_of(self, data: Mapping[str, Any]) -> object:
-        if self.session_id is not None:
-            return self.session_id(data)
-        return scoped_session(self.scope, data.get("session_id"), data.get("prompt_id"))
+        return self.pick_session(data, lambda d: scoped_session(self.scope, d.get("session_id"), d.get("prompt_id")))
 
     def deny(self, error: LoopBrakeError | BrakeUnavailableError) -> HookJSONOutput:
         text = str(error)
@@ -114,7 +100,7 @@ class _Hooks:
             "hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": text,
         }
         output: SyncHookJSONOutput = {"hookSpecificOutput": refusal}
-        if self.on_deny == "raise":
+        if self.ends_run(error):
             output["continue_"] = False
             output["stopReason"] = text
         return output
@@ -128,16 +114,14 @@ class _Hooks:
             return {}
         call_id = fields.get("tool_use_id") or tool_use_id
         try:
-            verdict = await acheck(
-                self.brake, fields["tool_name"], fields["tool_input"], session_id=self.session_of(fields),
-                call_id=call_id,
+            verdict, error = await self.screen(
+                fields["tool_name"], fields["tool_input"], session_id=self.session_of(fields), call_id=call_id,
             )
-        except (LoopBrakeError, BrakeUnavailableError) as error:
+        except BrakeUnavailableError as unavailable:
+            return self.deny(unavailable)
+        if error is not None:
             return self.deny(error)
-        if call_id and (needs_observation(verdict) or warning_of(verdict) is not None):
-            self.pending[call_id] = verdict
-            while len(self.pending) > PENDING_LIMIT:
-                self.pending.popitem(last=False)
+        self.pending.keep(call_id, verdict)
         return {}
 
     async def post_tool_use(
@@ -152,12 +136,10 @@ class _Hooks:
             result = ToolUseFailed()
         else:
             return {}
-        verdict = self.pending.pop(str(fields.get("tool_use_id") or tool_use_id or ""), None)
+        verdict = self.pending.take(str(fields.get("tool_use_id") or tool_use_id or ""))
         if verdict is None:
             return {}
-        if needs_observation(verdict):
-            await aobserve(self.brake, verdict, result)
-        warning = warning_of(verdict)
+        warning = await settle(self.brake, verdict, result)
         if warning is None:
             return {}
         note: PostToolUseHookSpecificOutput | PostToolUseFailureHookSpecificOutput
@@ -182,8 +164,7 @@ def loop_brake_hooks(
     `matcher` (a tool name or `"A|B"`; None: every tool) and `timeout` (seconds
     per hook call, the SDK's default when None) go to each `HookMatcher`.
     """
-    check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
-    hooks = _Hooks(brake, on_deny, scope, session_id)
+    hooks = _Hooks(brake, on_deny=on_deny, scope=scope, session_id=session_id)
     return {
         "PreToolUse": [HookMatcher(matcher=matcher, hooks=[hooks.pre_tool_use], timeout=timeout)],
         "PostToolUse": [HookMatcher(matcher=matcher, hooks=[hooks.post_tool_use], timeout=timeout)],

@@ -70,25 +70,18 @@ from __future__ import annotations
 import threading
 import uuid
 from contextvars import ContextVar
-from typing import Any, Literal, get_args
-
-try:
-    from crewai.hooks import HookAborted, InterceptionPoint
-    from crewai.hooks.dispatch import register, register_scoped, unregister
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        'distbrake.integrations.crewai needs CrewAI (crewai >= 1.15): pip install "distbrake[crewai]"'
-    ) from error
+from typing import Any
 
 from ..errors import DistbrakeError, LoopBrakeError
 from ..wrap import Brake, is_async_brake
-from .options import Scope, SessionIdFunction, check_adapter_options, scoped_session
-from .verdicts import text_with_warning, warning_of
+from . import kernel
+from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
+
+with requires(__name__, "CrewAI (crewai >= 1.15)", "crewai"):
+    from crewai.hooks import HookAborted, InterceptionPoint
+    from crewai.hooks.dispatch import register, register_scoped, unregister
 
 __all__ = ["BrakeHooks", "LoopBrakeAborted", "OnDeny", "install_hooks"]
-
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 
 # (crew id, run id) of the kickoff running in this context (set by the execution_start hook).
 _run: ContextVar[tuple[str, str] | None] = ContextVar("distbrake_crewai_run", default=None)
@@ -114,16 +107,15 @@ def _id(value: object) -> str | None:
     return None if found is None else str(found)
 
 
-class BrakeHooks:
+class BrakeHooks(AdapterOptions):
     """The hooks `install_hooks` registered; `dispose()` removes exactly those (idempotent)."""
+
+    on_deny: OnDeny
 
     def __init__(
         self, brake: Brake, on_deny: OnDeny, scope: Scope, session_id: SessionIdFunction | None, scoped: bool
     ) -> None:
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
+        self.configure(brake, on_deny, scope, session_id)
         self.scoped = scoped
         self.active = True
         # Denials to raise before the next model call of the same agent and task (on_deny="raise"):
@@ -166,8 +158,9 @@ class BrakeHooks:
             _run.set((crew, uuid.uuid4().hex))
 
     def _session(self, context: Any) -> object:
-        if self.session_id is not None:
-            return self.session_id(context)
+        return self.pick_session(context, self._scoped)
+
+    def _scoped(self, context: Any) -> object:
         crew = _id(context.crew)
         if crew is None:
             return _id(context.agent)
@@ -179,16 +172,18 @@ class BrakeHooks:
         if not self.active:
             return
         try:
-            verdict = self.brake.check(context.tool_name, dict(context.tool_input), session_id=self._session(context))
-        except LoopBrakeError as error:
+            verdict, error = self.screen_sync(
+                context.tool_name, dict(context.tool_input), session_id=self._session(context)
+            )
+        except DistbrakeError as failure:  # the failure policy said "closed": block, never fail open
+            raise HookAborted(reason=str(failure), source=self) from failure
+        if error is not None:
             denial = LoopBrakeAborted.of(error)
             _decided.set((self, context.tool_name, denial))
-            if self.on_deny == "raise":
+            if self.ends_run(error):
                 with self._lock:
                     self._aborts[_actor(context)] = denial
             raise denial from error
-        except DistbrakeError as error:  # the failure policy said "closed": block, never fail open
-            raise HookAborted(reason=str(error), source=self) from error
         _decided.set((self, context.tool_name, verdict))
 
     def _after_tool(self, context: Any) -> str | None:
@@ -199,12 +194,10 @@ class BrakeHooks:
         outcome = decided[2]
         if isinstance(outcome, LoopBrakeAborted):
             return str(outcome)  # in place of CrewAI's "Tool execution blocked by hook"
-        if outcome.observe_token is not None:
-            self.brake.observe(outcome, context.raw_tool_result)  # type: ignore[attr-defined]
-        warning = warning_of(outcome)
+        warning = kernel.settle_sync(self.brake, outcome, context.raw_tool_result)
         if warning is None:
             return None
-        return text_with_warning("" if context.tool_result is None else str(context.tool_result), warning)
+        return kernel.text_with_warning("" if context.tool_result is None else str(context.tool_result), warning)
 
     def _before_model(self, context: Any) -> None:
         with self._lock:
@@ -214,19 +207,15 @@ class BrakeHooks:
 
 
 def install_hooks(
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "message",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    scoped: bool = False,
+    brake: Brake, *, on_deny: OnDeny = "message", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, scoped: bool = False,
 ) -> BrakeHooks:
     """Register the brake's CrewAI hooks (see the module text); returns the handle that removes them.
 
     With `scoped=True` the hooks go into the current `crewai.hooks.scoped_hooks()`
     block (CrewAI raises `RuntimeError` outside one) and end with it.
     """
-    check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
+    AdapterOptions(brake, on_deny=on_deny, scope=scope, session_id=session_id)
     if is_async_brake(brake):
         raise TypeError(
             "CrewAI's hooks are synchronous: use a sync brake (DistributedBrake or LoopBrake), "

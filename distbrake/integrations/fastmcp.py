@@ -67,37 +67,24 @@ observed after `call_next`, so a poller whose result changes is never denied.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from ..wrap import Brake
+from ..errors import LoopBrakeError
+from .kernel import requires
+from .mcp import (
+    DEFAULT_META_KEY,
+    ToolCallGate,
+    principal_session,
+    session_for,
+    transport_session,
+)
 
-try:
+with requires(__name__, "FastMCP (fastmcp >= 4)", "fastmcp"):
     import mcp_types as mt
     from fastmcp.exceptions import ToolError
     from fastmcp.server.dependencies import get_access_token
     from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
     from fastmcp.tools import ToolResult
-except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'distbrake.integrations.fastmcp needs FastMCP (fastmcp >= 4): '
-        'pip install "distbrake[fastmcp]"'
-    ) from error
-
-from .mcp import (
-    DEFAULT_CALL_ID_KEY,
-    DEFAULT_META_KEY,
-    DEFAULT_RUN_KEY,
-    check_options,
-    meta_value,
-    observe_result,
-    principal_session,
-    scoped,
-    screen,
-    session_for,
-    transport_session,
-    warning_of,
-)
-from .options import Scope, chosen_session
 
 __all__ = ["LoopBrakeMiddleware", "resolve_session"]
 
@@ -136,7 +123,16 @@ def resolve_session(
     )
 
 
-class LoopBrakeMiddleware(Middleware):
+def _refuse(error: LoopBrakeError) -> NoReturn:
+    raise ToolError(str(error)) from error
+
+
+def _with_warning(result: ToolResult, warning: str) -> ToolResult:
+    block = mt.TextContent(type="text", text=warning)
+    return result.model_copy(update={"content": [*result.content, block]})
+
+
+class LoopBrakeMiddleware(ToolCallGate, Middleware):
     """Deny the Nth identical tool call in a row, before the tool runs.
 
     `brake` is any distbrake brake (`LoopBrake`, `DistributedBrake` -- run in a
@@ -147,58 +143,17 @@ class LoopBrakeMiddleware(Middleware):
     session, the call id and the run id (None: don't read).
     """
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        meta_key: str | None = DEFAULT_META_KEY,
-        call_id_key: str | None = DEFAULT_CALL_ID_KEY,
-        run_key: str | None = DEFAULT_RUN_KEY,
-    ) -> None:
-        check_options(brake, scope, session_id)
-        self.brake = brake
-        self.scope: Scope = scope
-        self.session_id = session_id
-        self.meta_key = meta_key
-        self.call_id_key = call_id_key
-        self.run_key = run_key
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(brake={self.brake!r}, scope={self.scope!r}, "
-            f"meta_key={self.meta_key!r})"
-        )
-
     def session(self, context: CallToolContext) -> object:
         """The session this call is counted in (None: distbrake's bound session or "default")."""
-        return chosen_session(self.session_id, context, self._default)
-
-    def _default(self, context: CallToolContext) -> str | None:
-        session = resolve_session(context, meta_key=self.meta_key)
-        return scoped(self.scope, _meta(context), self.run_key, session)
+        return self.session_in(context, _meta(context), lambda c: resolve_session(c, meta_key=self.meta_key))
 
     async def on_call_tool(
         self,
         context: CallToolContext,
         call_next: CallNext[mt.CallToolRequestParams, ToolResult],
     ) -> ToolResult:
-        message = context.message
-        verdict, error = await screen(
-            self.brake, message.name, message.arguments, self.session(context),
-            meta_value(_meta(context), self.call_id_key),
+        result: ToolResult = await self.gated(
+            context.message, self.session(context), _meta(context), lambda: call_next(context), _refuse,
+            _with_warning,
         )
-        if error is not None:
-            raise ToolError(str(error)) from error
-        try:
-            result = await call_next(context)
-        except BaseException as raised:
-            await observe_result(self.brake, verdict, raised)
-            raise
-        await observe_result(self.brake, verdict, result)
-        warning = warning_of(verdict)
-        if warning is None:
-            return result
-        block = mt.TextContent(type="text", text=warning)
-        return result.model_copy(update={"content": [*result.content, block]})
+        return result

@@ -57,35 +57,23 @@ The plugin keeps no per-run state, so one instance serves concurrent runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextvars import ContextVar
-from typing import Any, Literal, get_args
+from typing import Any
 
-try:
+from ..wrap import Brake
+from .kernel import AdapterOptions, Handoff, OnDeny, Scope, SessionIdFunction, requires, scoped_session, settle
+
+with requires(__name__, "Google ADK 2.13 or newer", "google-adk"):
     from google.adk.plugins import BasePlugin
     from google.adk.tools.base_tool import BaseTool
     from google.adk.tools.tool_context import ToolContext
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "distbrake.integrations.google_adk needs Google ADK 2.13 or newer: "
-        'pip install "distbrake[google-adk]"'
-    ) from error
-
-from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck, aobserve
-from .options import Scope, SessionIdFunction, check_adapter_options, scoped_session
-from .verdicts import needs_observation, warning_of
 
 __all__ = ["WARNING_KEY", "LoopBrakePlugin", "OnDeny"]
 
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 WARNING_KEY = "loop_brake_warning"
 
-# (brake, tool context, [verdict]) of the call `before_tool_callback` allowed;
-# `after_tool_callback` (or `on_tool_error_callback`) of that very call takes it.
-_allowed: ContextVar[tuple[Brake, ToolContext, list[Any]] | None] = ContextVar(
-    "distbrake_google_adk_allowed", default=None
-)
+# The verdict of the call `before_tool_callback` allowed; `after_tool_callback`
+# (or `on_tool_error_callback`) of that very call (its tool context) takes it.
+_allowed: Handoff[ToolContext] = Handoff("distbrake_google_adk_allowed")
 
 
 def with_warning(result: Any, warning: str) -> dict[str, Any]:
@@ -95,7 +83,7 @@ def with_warning(result: Any, warning: str) -> dict[str, Any]:
     return {"result": result, WARNING_KEY: warning}
 
 
-class LoopBrakePlugin(BasePlugin):
+class LoopBrakePlugin(AdapterOptions, BasePlugin):
     """Deny the Nth identical tool call in a row before the tool runs (see the module text).
 
     `brake` is any distbrake brake; `on_deny` is `"message"` (the refusal is the
@@ -104,59 +92,35 @@ class LoopBrakePlugin(BasePlugin):
     `ToolContext`, overrides both.
     """
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        name: str = "loop_brake",
-    ) -> None:
-        check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
-        super().__init__(name=name)
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
+    on_deny: OnDeny
 
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r}, "
-            f"scope={self.scope!r})"
-        )
+    def __init__(
+        self, brake: Brake, *, on_deny: OnDeny = "message", scope: Scope = "run",
+        session_id: SessionIdFunction | None = None, name: str = "loop_brake",
+    ) -> None:
+        self.configure(brake, on_deny, scope, session_id)
+        BasePlugin.__init__(self, name=name)
 
     def session_of(self, tool_context: ToolContext) -> object:
         """The session of a call: `session_id(tool_context)`, else by the scope (see the module text)."""
-        if self.session_id is not None:
-            return self.session_id(tool_context)
-        return scoped_session(self.scope, tool_context.session.id, tool_context.invocation_id)
+        return self.pick_session(tool_context, lambda c: scoped_session(self.scope, c.session.id, c.invocation_id))
 
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
         """Check the call; the refusal (a dict) is the tool's response, None lets the tool run."""
-        _allowed.set(None)
+        _allowed.clear()
         call_id = tool_context.function_call_id
-        try:
-            verdict = await acheck(
-                self.brake, tool.name, tool_args, session_id=self.session_of(tool_context),
-                call_id=f"{tool_context.invocation_id}/{call_id}" if call_id else None,
-            )
-        except LoopBrakeError as error:
-            if self.on_deny == "raise":
-                raise
+        verdict, error = await self.screen(
+            tool.name, tool_args, session_id=self.session_of(tool_context),
+            call_id=f"{tool_context.invocation_id}/{call_id}" if call_id else None,
+        )
+        if error is not None:
+            if self.ends_run(error):
+                raise error
             return {"error": str(error)}
-        if needs_observation(verdict) or warning_of(verdict) is not None:
-            _allowed.set((self.brake, tool_context, [verdict]))
+        _allowed.put(self.brake, tool_context, verdict)
         return None
-
-    def _take(self, tool_context: ToolContext) -> Any:
-        """The verdict this plugin gave the call of `tool_context` (once), or None."""
-        allowed = _allowed.get()
-        if allowed is None or allowed[0] is not self.brake or allowed[1] is not tool_context:
-            return None
-        return allowed[2].pop() if allowed[2] else None
 
     async def after_tool_callback(
         self,
@@ -167,12 +131,10 @@ class LoopBrakePlugin(BasePlugin):
         result: dict[str, Any],
     ) -> dict[str, Any] | None:
         """Observe a progress-aware tool's result; add the warning, if any (None keeps the result)."""
-        verdict = self._take(tool_context)
+        verdict = _allowed.take(self.brake, tool_context)
         if verdict is None:
             return None
-        if needs_observation(verdict):
-            await aobserve(self.brake, verdict, result)
-        warning = warning_of(verdict)
+        warning = await settle(self.brake, verdict, result)
         return None if warning is None else with_warning(result, warning)
 
     async def on_tool_error_callback(
@@ -184,7 +146,7 @@ class LoopBrakePlugin(BasePlugin):
         error: Exception,
     ) -> dict[str, Any] | None:
         """Observe the exception a progress-aware tool raised; the error goes on as ADK handles it."""
-        verdict = self._take(tool_context)
-        if verdict is not None and needs_observation(verdict) and isinstance(error, Exception):
-            await aobserve(self.brake, verdict, error)
+        verdict = _allowed.take(self.brake, tool_context)
+        if verdict is not None and isinstance(error, Exception):
+            await settle(self.brake, verdict, error)
         return None

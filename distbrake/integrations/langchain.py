@@ -72,9 +72,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Literal, get_args
+from typing import Any
 
-try:
+from ..errors import LoopBrakeError
+from ..wrap import Brake, is_async_brake
+from . import kernel
+from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
+
+with requires(__name__, "LangChain 1.x and LangGraph", "langchain"):
     from langchain.agents.middleware import AgentMiddleware, AgentState
     from langchain_core.messages import HumanMessage, ToolMessage
     from langgraph.prebuilt.tool_node import (
@@ -83,20 +88,8 @@ try:
         ToolCallWrapper,
     )
     from langgraph.types import Command
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "distbrake.integrations.langchain needs LangChain 1.x and LangGraph: "
-        'pip install "distbrake[langchain]"'
-    ) from error
-
-from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck, aobserve, is_async_brake
-from .options import Scope, SessionIdFunction, check_adapter_options, chosen_session, scoped_session
 
 __all__ = ["LoopBrakeMiddleware", "OnDeny", "tool_call_wrappers"]
-
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -104,17 +97,6 @@ ToolResult = ToolMessage | Command[Any]
 _running: ContextVar[tuple[int, str] | None] = ContextVar(
     "distbrake_langchain_running", default=None
 )
-
-
-def _identify(
-    request: ToolCallRequest, scope: Scope, session_id: SessionIdFunction | None
-) -> tuple[str, Any, object, str | None]:
-    """(tool name, arguments, session id, call id) of a tool call request."""
-    call = request.tool_call
-    session = chosen_session(
-        session_id, request, lambda r: scoped_session(scope, _thread_id(r), _run_id(r))
-    )
-    return call["name"], call.get("args", {}), session, _call_id(request)
 
 
 def _run_id(request: ToolCallRequest) -> str | None:
@@ -177,7 +159,7 @@ def _warned_message(message: ToolMessage, warning: str) -> ToolMessage:
     """`message` with `warning` added to its content; everything else kept."""
     content = message.content
     if isinstance(content, str):
-        new: Any = f"{content}\n\n{warning}" if content else warning
+        new: Any = kernel.text_with_warning(content, warning)
     else:
         new = [*content, {"type": "text", "text": warning}]
     return message.model_copy(update={"content": new})
@@ -201,18 +183,7 @@ def _with_warning(result: ToolResult, warning: str | None, tool_call_id: str | N
     return result
 
 
-def _warning(verdict: Any) -> str | None:
-    warning = getattr(verdict, "warning", None)
-    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
-        return None
-    return warning
-
-
-def _needs_observation(verdict: Any) -> bool:
-    return getattr(verdict, "observe_token", None) is not None
-
-
-class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, Any]):
     """Deny the Nth identical tool call in a row before the tool runs (see the module text).
 
     `brake` is any distbrake brake: `LoopBrake`, `DistributedBrake` or
@@ -222,32 +193,31 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     one agent (LangChain refuses two middlewares of the same name).
     """
 
+    on_deny: OnDeny
+
     def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        name: str | None = None,
+        self, brake: Brake, *, on_deny: OnDeny = "message", scope: Scope = "run",
+        session_id: SessionIdFunction | None = None, name: str | None = None,
     ) -> None:
-        super().__init__()
-        check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
+        self.configure(brake, on_deny, scope, session_id)
         self._name = name
 
     @property
     def name(self) -> str:
         return self._name if self._name is not None else type(self).__name__
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r}, scope={self.scope!r})"
+    def _identify(self, request: ToolCallRequest) -> tuple[str, Any, object, str | None, tuple[int, str] | None]:
+        """(tool name, arguments, session id, call id, running mark) of a tool call request."""
+        call = request.tool_call
+        session = self.pick_session(request, lambda r: scoped_session(self.scope, _thread_id(r), _run_id(r)))
+        call_id = _call_id(request)
+        mark = None if call_id is None else (id(self.brake), call_id)
+        return call["name"], call.get("args", {}), session, call_id, mark
 
     def _deny(self, request: ToolCallRequest, error: LoopBrakeError) -> ToolMessage:
-        """The error `ToolMessage` the model reads instead of the tool's result."""
+        """The error `ToolMessage` the model reads instead of the tool's result (or the raise)."""
+        if self.ends_run(error):
+            raise error
         call = request.tool_call
         return ToolMessage(
             content=str(error), tool_call_id=call.get("id") or "", name=call["name"],
@@ -265,29 +235,18 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 "LoopBrakeMiddleware: the brake is an AsyncDistributedBrake, which works in "
                 "async runs (ainvoke, astream) only; use DistributedBrake for sync runs"
             )
-        tool, args, session_id, call_id = _identify(request, self.scope, self.session_id)
-        mark = None if call_id is None else (id(self.brake), call_id)
+        tool, args, session_id, call_id, mark = self._identify(request)
         if mark is not None and _running.get() == mark:
             return handler(request)  # an outer layer with this brake checked it
-        try:
-            verdict = self.brake.check(tool, args, session_id=session_id, call_id=call_id)
-        except LoopBrakeError as error:
-            if self.on_deny == "raise":
-                raise
+        verdict, error = self.screen_sync(tool, args, session_id=session_id, call_id=call_id)
+        if error is not None:
             return self._deny(request, error)
-        observe = self.brake.observe if _needs_observation(verdict) else None  # type: ignore[attr-defined]
         token = _running.set(mark)
         try:
-            result = handler(request)
-        except BaseException as raised:
-            if observe is not None:
-                observe(verdict, raised)
-            raise
+            result = kernel.run_allowed_sync(self.brake, verdict, lambda: handler(request), _observed)
         finally:
             _running.reset(token)
-        if observe is not None:
-            observe(verdict, _observed(result))
-        return _with_warning(result, _warning(verdict), request.tool_call.get("id"))
+        return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))
 
     async def awrap_tool_call(
         self,
@@ -295,29 +254,18 @@ class LoopBrakeMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         """Check the call with the brake (never blocking the loop); await `handler` if allowed."""
-        tool, args, session_id, call_id = _identify(request, self.scope, self.session_id)
-        mark = None if call_id is None else (id(self.brake), call_id)
+        tool, args, session_id, call_id, mark = self._identify(request)
         if mark is not None and _running.get() == mark:
             return await handler(request)  # an outer layer with this brake checked it
-        try:
-            verdict = await acheck(self.brake, tool, args, session_id=session_id, call_id=call_id)
-        except LoopBrakeError as error:
-            if self.on_deny == "raise":
-                raise
+        verdict, error = await self.screen(tool, args, session_id=session_id, call_id=call_id)
+        if error is not None:
             return self._deny(request, error)
-        observe = _needs_observation(verdict)
         token = _running.set(mark)
         try:
-            result = await handler(request)
-        except BaseException as raised:
-            if observe:
-                await aobserve(self.brake, verdict, raised)
-            raise
+            result = await kernel.run_allowed(self.brake, verdict, lambda: handler(request), _observed)
         finally:
             _running.reset(token)
-        if observe:
-            await aobserve(self.brake, verdict, _observed(result))
-        return _with_warning(result, _warning(verdict), request.tool_call.get("id"))
+        return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))
 
 
 def tool_call_wrappers(

@@ -63,9 +63,15 @@ Brakes: in `acall` any brake (`AsyncDistributedBrake` awaited,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, get_args
+from typing import Any
 
-try:
+from ..errors import LoopBrakeError
+from ..session import bound_session
+from ..wrap import Brake, is_async_brake
+from . import kernel
+from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
+
+with requires(__name__, "LlamaIndex 0.14 or newer", "llamaindex"):
     from llama_index.core.agent.workflow import ToolCallResult
     from llama_index.core.base.llms.types import TextBlock
     from llama_index.core.tools import FunctionTool, ToolOutput
@@ -73,35 +79,16 @@ try:
     from workflows import Context
     from workflows.errors import WorkflowRuntimeError
     from workflows.handler import WorkflowHandler
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "distbrake.integrations.llamaindex needs LlamaIndex 0.14 or newer: "
-        'pip install "distbrake[llamaindex]"'
-    ) from error
-
-from ..errors import LoopBrakeError
-from ..session import bound_session
-from ..wrap import Brake, acheck, aobserve, is_async_brake
-from .options import Scope, SessionIdFunction, check_adapter_options, scoped_session
-from .verdicts import needs_observation, warning_of
 
 __all__ = ["BrakedFunctionTool", "OnDeny", "guard_tools", "raise_on_denial"]
 
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 RUN_ID_TAG = "llamaindex.run_id"
 
 
-class _Guard:
+class _Guard(AdapterOptions):
     """One brake with its options: what every braked copy of one `guard_tools` call shares."""
 
-    def __init__(
-        self, brake: Brake, on_deny: OnDeny, scope: Scope, session_id: SessionIdFunction | None
-    ) -> None:
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
+    on_deny: OnDeny
 
     def identify(self, tool: FunctionTool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any, object]:
         """(tool name, hashed arguments, session) of one call."""
@@ -113,20 +100,26 @@ class _Guard:
         return tool.metadata.get_name(), hashed, self.session_of(context)
 
     def session_of(self, context: object) -> object:
-        if self.session_id is not None:
-            return self.session_id(context if context is not None else _step_context())
+        given = context if context is not None or self.session_id is None else _step_context()
+        return self.pick_session(given, self._scoped)
+
+    def _scoped(self, context: object) -> str | None:
         run = active_instrument_tags.get().get(RUN_ID_TAG)
         return scoped_session(self.scope, bound_session(), run)
 
     def refused(self, tool: FunctionTool, error: LoopBrakeError) -> ToolOutput:
         """The refusal as the call's output (`on_deny="message"`), or the raise."""
-        if self.on_deny == "raise":
+        if self.ends_run(error):
             raise error
         text = str(error)
         return ToolOutput(
             content=text, tool_name=tool.metadata.get_name(), raw_input={}, raw_output=text,
             is_error=True,
         )
+
+
+def _raw_output(output: ToolOutput) -> object:
+    return output.raw_output
 
 
 def _step_context() -> Context | None:
@@ -166,39 +159,27 @@ class BrakedFunctionTool(FunctionTool):
                 "brakes acall only; use DistributedBrake or LoopBrake for sync calls"
             )
         name, hashed, session = guard.identify(self, args, kwargs)
-        try:
-            verdict = guard.brake.check(name, hashed, session_id=session)
-        except LoopBrakeError as error:
+        verdict, error = guard.screen_sync(name, hashed, session_id=session)
+        if error is not None:
             return guard.refused(self, error)
-        observe = guard.brake.observe if needs_observation(verdict) else None  # type: ignore[attr-defined]
-        try:
-            output = super().call(*args, **kwargs)
-        except Exception as raised:
-            if observe is not None:
-                observe(verdict, raised)
-            raise
-        if observe is not None:
-            observe(verdict, output.raw_output)
-        return with_warning(output, warning_of(verdict))
+        output = kernel.run_allowed_sync(
+            guard.brake, verdict, lambda: super(BrakedFunctionTool, self).call(*args, **kwargs), _raw_output,
+            Exception,
+        )
+        return with_warning(output, kernel.warning_of(verdict))
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
         """Check the call with any brake (never blocking the loop); run the tool only when it is allowed."""
         guard = self._guard
         name, hashed, session = guard.identify(self, args, kwargs)
-        try:
-            verdict = await acheck(guard.brake, name, hashed, session_id=session)
-        except LoopBrakeError as error:
+        verdict, error = await guard.screen(name, hashed, session_id=session)
+        if error is not None:
             return guard.refused(self, error)
-        observe = needs_observation(verdict)
-        try:
-            output = await super().acall(*args, **kwargs)
-        except Exception as raised:
-            if observe:
-                await aobserve(guard.brake, verdict, raised)
-            raise
-        if observe:
-            await aobserve(guard.brake, verdict, output.raw_output)
-        return with_warning(output, warning_of(verdict))
+        output = await kernel.run_allowed(
+            guard.brake, verdict, lambda: super(BrakedFunctionTool, self).acall(*args, **kwargs), _raw_output,
+            Exception,
+        )
+        return with_warning(output, kernel.warning_of(verdict))
 
 
 def guard_tools(
@@ -214,8 +195,7 @@ def guard_tools(
     A tool already braked by this brake is returned as it is (braking twice
     must not halve the limit); any other tool type raises `TypeError`.
     """
-    check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
-    guard = _Guard(brake, on_deny, scope, session_id)
+    guard = _Guard(brake, on_deny=on_deny, scope=scope, session_id=session_id)
     braked: list[FunctionTool] = []
     for tool in tools:
         if isinstance(tool, BrakedFunctionTool) and tool.brake is brake:

@@ -81,20 +81,16 @@ from urllib.parse import quote
 from uuid import uuid4
 
 from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck, aobserve
-from .options import Scope, check_adapter_options, chosen_session, scoped_session
+from ..wrap import Brake
+from .kernel import AdapterOptions, Scope, requires, run_allowed, scoped_session, warning_of
 
-try:
+with requires(__name__, "the MCP SDK (mcp >= 2.3)", "mcp"):
     import mcp_types as types
     from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.server.extension import Extension
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'distbrake.integrations.mcp needs the MCP SDK (mcp >= 2.3): pip install "distbrake[mcp]"'
-    ) from error
 
 __all__ = [
     "DEFAULT_CALL_ID_KEY",
@@ -196,40 +192,6 @@ def transport_session(
     return TRANSPORT_PREFIX + str(state.setdefault(_CONNECTION_KEY, uuid4().hex))
 
 
-async def screen(
-    brake: Brake,
-    tool: str,
-    arguments: Mapping[str, Any] | None,
-    session_id: object,
-    call_id: str | None,
-) -> tuple[Any, LoopBrakeError | None]:
-    """Check one `tools/call`: `(verdict, None)` when it is allowed, `(None, error)` when denied."""
-    try:
-        verdict = await acheck(brake, tool, arguments or {}, session_id=session_id, call_id=call_id)
-    except LoopBrakeError as error:
-        return None, error
-    return verdict, None
-
-
-async def denial(
-    brake: Brake,
-    tool: str,
-    arguments: Mapping[str, Any] | None,
-    session_id: object,
-    call_id: str | None,
-) -> LoopBrakeError | None:
-    """Check one `tools/call`; the `LoopBrakeError` when it is denied, else None."""
-    return (await screen(brake, tool, arguments, session_id, call_id))[1]
-
-
-def warning_of(verdict: Any) -> str | None:
-    """The warning to show the model for an allowed verdict (never in shadow mode)."""
-    warning = getattr(verdict, "warning", None)
-    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
-        return None
-    return warning
-
-
 def observed(result: object) -> object:
     """What of a tool result is observed for a progress-aware tool: never its `_meta`."""
     if isinstance(result, BaseException):
@@ -245,12 +207,6 @@ def observed(result: object) -> object:
     return result
 
 
-async def observe_result(brake: Brake, verdict: Any, result: object) -> None:
-    """Record a progress-aware tool's result (or raised exception); nothing for other tools."""
-    if getattr(verdict, "observe_token", None) is not None:
-        await aobserve(brake, verdict, observed(result))
-
-
 def with_warning(result: ResultT, warning: str | None) -> ResultT:
     """`result` with `warning` appended as a text content block (a `CallToolResult` or its
     wire dict; anything else unchanged)."""
@@ -263,11 +219,6 @@ def with_warning(result: ResultT, warning: str | None) -> ResultT:
         return result
     block = types.TextContent(type="text", text=warning)
     return result.model_copy(update={"content": [*result.content, block]})
-
-
-def check_options(brake: object, scope: str, session_id: object) -> None:
-    """The build-time checks of an MCP adapter (which has no `on_deny`: a denial is a tool error)."""
-    check_adapter_options(brake, "tool-error", ("tool-error",), scope, session_id)
 
 
 def session_for(
@@ -290,6 +241,64 @@ def scoped(
 ) -> str | None:
     """`session` qualified by the client's run id under `scope="run"` (see the module text)."""
     return scoped_session(scope, session, meta_value(meta, run_key) if scope == "run" else None)
+
+
+class ToolCallGate(AdapterOptions):
+    """What both MCP adapters share: the options, the session rule, the check, observation and the warning.
+
+    An MCP adapter has no `on_deny`: a refused call is always a tool error (the
+    server cannot end the client's run).
+    """
+
+    ON_DENY = ("tool-error",)
+
+    def __init__(
+        self,
+        brake: Brake,
+        *,
+        scope: Scope = "run",
+        session_id: Callable[[Any], object] | None = None,
+        meta_key: str | None = DEFAULT_META_KEY,
+        call_id_key: str | None = DEFAULT_CALL_ID_KEY,
+        run_key: str | None = DEFAULT_RUN_KEY,
+    ) -> None:
+        self.configure(brake, "tool-error", scope, session_id)
+        self.meta_key = meta_key
+        self.call_id_key = call_id_key
+        self.run_key = run_key
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(brake={self.brake!r}, scope={self.scope!r}, "
+            f"meta_key={self.meta_key!r})"
+        )
+
+    def session_in(
+        self, context: Any, meta: Mapping[str, Any] | None, resolve: Callable[[Any], str | None]
+    ) -> object:
+        """The session a call is counted in: `session_id(context)`, else steps 2-5 (`resolve`), by the scope."""
+        return self.pick_session(context, lambda c: scoped(self.scope, meta, self.run_key, resolve(c)))
+
+    async def gated(
+        self,
+        params: Any,
+        session: object,
+        meta: Mapping[str, Any] | None,
+        call: Callable[[], Awaitable[Any]],
+        refuse: Callable[[LoopBrakeError], Any],
+        warn: Callable[[Any, str], Any],
+    ) -> Any:
+        """Check the `tools/call` of `params`; `refuse(error)` when refused, else run `call()` (its result or
+        exception observed for a progress-aware tool) and `warn(result, warning)` when the verdict warns."""
+        verdict, error = await self.screen(
+            params.name, params.arguments or {}, session_id=session,
+            call_id=meta_value(meta, self.call_id_key),
+        )
+        if error is not None:
+            return refuse(error)
+        result = await run_allowed(self.brake, verdict, call, observed)
+        warning = warning_of(verdict)
+        return result if warning is None else warn(result, warning)
 
 
 # -- the low-level server -------------------------------------------------------------
@@ -333,50 +342,19 @@ def denial_result(error: LoopBrakeError) -> types.CallToolResult:
     )
 
 
-class _Gate:
-    """One check of a `tools/call` against the brake; the denial result, or None."""
+class _Gate(ToolCallGate):
+    """One check of a low-level `tools/call` against the brake; the denial result when refused."""
 
-    def __init__(
-        self,
-        brake: Brake,
-        scope: Scope,
-        session_id: SessionIdFunction | None,
-        meta_key: str | None,
-        call_id_key: str | None,
-        run_key: str | None,
-    ) -> None:
-        check_options(brake, scope, session_id)
-        self.brake = brake
-        self.scope: Scope = scope
-        self.session_id = session_id
-        self.meta_key = meta_key
-        self.call_id_key = call_id_key
-        self.run_key = run_key
-
-    def session(self, ctx: Context) -> object:
-        return chosen_session(self.session_id, ctx, self._default)
-
-    def _default(self, ctx: Context) -> str | None:
-        session = resolve_session(ctx, meta_key=self.meta_key)
-        return scoped(self.scope, request_meta(ctx), self.run_key, session)
+    def session_of(self, ctx: Context) -> object:
+        return self.session_in(ctx, request_meta(ctx), lambda c: resolve_session(c, meta_key=self.meta_key))
 
     async def run(
         self, ctx: Context, params: types.CallToolRequestParams, call: Callable[[], Awaitable[Any]]
     ) -> Any:
         """Check the call; run `call()` only when it is allowed, then observe and warn."""
-        verdict, error = await screen(
-            self.brake, params.name, params.arguments, self.session(ctx),
-            meta_value(request_meta(ctx), self.call_id_key),
+        return await self.gated(
+            params, self.session_of(ctx), request_meta(ctx), call, denial_result, with_warning
         )
-        if error is not None:
-            return denial_result(error)
-        try:
-            result = await call()
-        except BaseException as raised:
-            await observe_result(self.brake, verdict, raised)
-            raise
-        await observe_result(self.brake, verdict, result)
-        return with_warning(result, warning_of(verdict))
 
 
 def brake_call_tool(
@@ -397,7 +375,9 @@ def brake_call_tool(
     session; `meta_key` / `call_id_key` / `run_key` name the client `_meta`
     entries read for the session, the call id and the run id (None: don't read).
     """
-    gate = _Gate(brake, scope, session_id, meta_key, call_id_key, run_key)
+    gate = _Gate(
+        brake, scope=scope, session_id=session_id, meta_key=meta_key, call_id_key=call_id_key, run_key=run_key
+    )
 
     @functools.wraps(handler)
     async def braked(
@@ -411,7 +391,7 @@ def brake_call_tool(
     return braked
 
 
-class LoopBrakeExtension(Extension):
+class LoopBrakeExtension(_Gate, Extension):
     """The brake as an MCP extension interceptor (`MCPServer(extensions=[...])`).
 
     Same options as `brake_call_tool`. Its settings advertise the `_meta` keys
@@ -420,24 +400,11 @@ class LoopBrakeExtension(Extension):
 
     identifier = "dev.distbrake/loop-brake"
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-        meta_key: str | None = DEFAULT_META_KEY,
-        call_id_key: str | None = DEFAULT_CALL_ID_KEY,
-        run_key: str | None = DEFAULT_RUN_KEY,
-    ) -> None:
-        self._gate = _Gate(brake, scope, session_id, meta_key, call_id_key, run_key)
-
     def settings(self) -> dict[str, Any]:
-        gate = self._gate
         return {
-            "sessionMetaKey": gate.meta_key,
-            "callIdMetaKey": gate.call_id_key,
-            "runIdMetaKey": gate.run_key if gate.scope == "run" else None,
+            "sessionMetaKey": self.meta_key,
+            "callIdMetaKey": self.call_id_key,
+            "runIdMetaKey": self.run_key if self.scope == "run" else None,
         }
 
     async def intercept_tool_call(
@@ -446,5 +413,5 @@ class LoopBrakeExtension(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> HandlerResult:
-        result: HandlerResult = await self._gate.run(ctx, params, lambda: call_next(ctx))
+        result: HandlerResult = await self.run(ctx, params, lambda: call_next(ctx))
         return result

@@ -83,15 +83,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from typing import Any, Literal, TypeVar, get_args
 from uuid import uuid4
 
 from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck, aobserve
-from .options import Scope, check_adapter_options, chosen_session, scoped_session
+from ..wrap import Brake
+from .kernel import AdapterOptions, Handoff, Scope, requires, run_allowed, scoped_session, text_with_warning, warning_of
 
-try:
+with requires(__name__, "the OpenAI Agents SDK (openai-agents >= 0.24)", "openai-agents"):
     from agents import (
         Agent,
         FunctionTool,
@@ -102,11 +101,6 @@ try:
         ToolOutputImage,
         ToolOutputText,
     )
-except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "distbrake.integrations.openai_agents needs the OpenAI Agents SDK "
-        '(openai-agents >= 0.24): pip install "distbrake[openai-agents]"'
-    ) from error
 
 __all__ = [
     "GUARDRAIL_NAME",
@@ -126,14 +120,28 @@ SessionIdFunction = Callable[[ToolInputGuardrailData], object]
 AgentT = TypeVar("AgentT", bound=Agent[Any])
 Invoke = Callable[[Any, str], Awaitable[Any]]
 
-# (brake, tool call id, [verdict]) of the call a guardrail just allowed; the
-# wrapped `on_invoke_tool` of that call takes the verdict (emptying the list).
-_allowed: ContextVar[tuple[Brake, str | None, list[Any]] | None] = ContextVar(
-    "distbrake_openai_agents_allowed", default=None
-)
+
+
+def _same_call(held: str | None, call_id: str | None) -> bool:
+    """The invoked call is the one the guardrail allowed (either id unknown: taken as the same)."""
+    return not (call_id and held is not None and call_id != held)
+
+
+# The verdict of the call a guardrail just allowed, by tool call id; the
+# wrapped `on_invoke_tool` of that call takes it.
+_allowed: Handoff[str | None] = Handoff("distbrake_openai_agents_allowed", _same_call)
 
 # The attribute of a run's `Usage` object that holds the run id distbrake gave that run.
 _RUN_ATTRIBUTE = "_distbrake_run_id"
+
+
+class _Options(AdapterOptions):
+    """The options of one guardrail (`on_deny` is `"reject"` or `"raise"`)."""
+
+    ON_DENY = get_args(OnDeny)
+
+    def __init__(self, brake: Brake, on_deny: OnDeny, scope: Scope, session_id: SessionIdFunction | None) -> None:
+        self.configure(brake, on_deny, scope, session_id)
 
 
 def _reject_constant(name: str) -> Any:
@@ -205,12 +213,8 @@ def denial_info(error: LoopBrakeError) -> dict[str, Any]:
 
 
 def loop_brake_guardrail(
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "reject",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    name: str = GUARDRAIL_NAME,
+    brake: Brake, *, on_deny: OnDeny = "reject", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, name: str = GUARDRAIL_NAME,
 ) -> ToolInputGuardrail[Any]:
     """A tool input guardrail that denies the Nth identical call in a row.
 
@@ -220,33 +224,30 @@ def loop_brake_guardrail(
     `ToolInputGuardrailTripwireTriggered`. `scope` is `"run"` or
     `"conversation"`; `session_id(data)` overrides it (see the module text).
     """
-    check_adapter_options(brake, on_deny, get_args(OnDeny), scope, session_id)
+    options = _Options(brake, on_deny, scope, session_id)
 
     def default_session(data: ToolInputGuardrailData) -> str | None:
         return scoped_session(scope, resolve_session(data), run_id(data) if scope == "run" else None)
 
     async def loop_brake(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         tool_context = data.context
-        session = chosen_session(session_id, data, default_session)
-        try:
-            # One awaited, atomic check per call: safe when one turn runs
-            # several identical calls concurrently.
-            verdict = await acheck(
-                brake,
-                tool_context.tool_name,
-                tool_arguments(tool_context.tool_arguments),
-                session_id=session,
-                call_id=tool_context.tool_call_id or None,
-            )
-        except LoopBrakeError as error:
-            _allowed.set(None)
-            if on_deny == "raise":
+        # One awaited, atomic check per call: safe when one turn runs
+        # several identical calls concurrently.
+        verdict, error = await options.screen(
+            tool_context.tool_name,
+            tool_arguments(tool_context.tool_arguments),
+            session_id=options.pick_session(data, default_session),
+            call_id=tool_context.tool_call_id or None,
+        )
+        if error is not None:
+            _allowed.clear()
+            if options.ends_run(error):
                 return ToolGuardrailFunctionOutput.raise_exception(output_info=denial_info(error))
             return ToolGuardrailFunctionOutput.reject_content(
                 str(error), output_info=denial_info(error)
             )
         # For the wrapped on_invoke_tool (brake_function_tool): warning, observation.
-        _allowed.set((brake, tool_context.tool_call_id or None, [verdict]))
+        _allowed.put(brake, tool_context.tool_call_id or None, verdict)
         return ToolGuardrailFunctionOutput.allow()
 
     loop_brake.__distbrake_brake__ = brake  # type: ignore[attr-defined]
@@ -260,13 +261,6 @@ def _has_brake(tool: FunctionTool, brake: Brake) -> bool:
     )
 
 
-def _warning(verdict: Any) -> str | None:
-    warning = getattr(verdict, "warning", None)
-    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
-        return None
-    return warning
-
-
 def _structured(item: object) -> bool:
     """A structured output item the SDK sends as such (text, image, file)."""
     if isinstance(item, ToolOutputText | ToolOutputImage | ToolOutputFileContent):
@@ -277,7 +271,7 @@ def _structured(item: object) -> bool:
 def with_warning(output: Any, warning: str) -> Any:
     """A tool's output as the model should read it: the output, whole, then the warning."""
     if isinstance(output, str):
-        return f"{output}\n\n{warning}" if output else warning
+        return text_with_warning(output, warning)
     note = ToolOutputText(text=warning)
     if isinstance(output, list | tuple) and output and all(_structured(item) for item in output):
         return [*output, note]
@@ -286,35 +280,16 @@ def with_warning(output: Any, warning: str) -> Any:
     return f"{output}\n\n{warning}"
 
 
-def _take(brake: Brake, ctx: object) -> Any:
-    """The verdict this brake's guardrail gave the call now invoked (once), or None."""
-    allowed = _allowed.get()
-    if allowed is None or allowed[0] is not brake or not allowed[2]:
-        return None
-    call_id = getattr(ctx, "tool_call_id", None)
-    if call_id and allowed[1] is not None and call_id != allowed[1]:
-        return None
-    return allowed[2].pop()
-
-
 def _braked_invoke(tool: FunctionTool, brake: Brake) -> Invoke:
     invoke: Invoke = tool.on_invoke_tool
 
     @functools.wraps(invoke)
     async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
-        verdict = _take(brake, ctx)
+        verdict = _allowed.take(brake, getattr(ctx, "tool_call_id", None))
         if verdict is None:
             return await invoke(ctx, arguments)
-        observe = getattr(verdict, "observe_token", None) is not None
-        try:
-            output = await invoke(ctx, arguments)
-        except BaseException as raised:
-            if observe:
-                await aobserve(brake, verdict, raised)
-            raise
-        if observe:
-            await aobserve(brake, verdict, output)
-        warning = _warning(verdict)
+        output = await run_allowed(brake, verdict, lambda: invoke(ctx, arguments))
+        warning = warning_of(verdict)
         if warning is None or tool.output_json_schema is not None:
             return output
         return with_warning(output, warning)
@@ -324,13 +299,8 @@ def _braked_invoke(tool: FunctionTool, brake: Brake) -> Invoke:
 
 
 def brake_function_tool(
-    tool: FunctionTool,
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "reject",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    name: str = GUARDRAIL_NAME,
+    tool: FunctionTool, brake: Brake, *, on_deny: OnDeny = "reject", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, name: str = GUARDRAIL_NAME,
 ) -> FunctionTool:
     """Brake one `FunctionTool` in place (returned): the guardrail, plus warnings and observation.
 
@@ -350,13 +320,8 @@ def brake_function_tool(
 
 
 def attach_loop_brake(
-    agent: AgentT,
-    brake: Brake,
-    *,
-    on_deny: OnDeny = "reject",
-    scope: Scope = "run",
-    session_id: SessionIdFunction | None = None,
-    name: str = GUARDRAIL_NAME,
+    agent: AgentT, brake: Brake, *, on_deny: OnDeny = "reject", scope: Scope = "run",
+    session_id: SessionIdFunction | None = None, name: str = GUARDRAIL_NAME,
 ) -> AgentT:
     """Brake every `FunctionTool` of `agent` (`brake_function_tool`); returns `agent`.
 
@@ -367,7 +332,7 @@ def attach_loop_brake(
     halves the limit. Tools of `agent.mcp_servers`, handoffs and hosted tools
     are not touched.
     """
-    check_adapter_options(brake, on_deny, get_args(OnDeny), scope, session_id)
+    _Options(brake, on_deny, scope, session_id)
     for tool in agent.tools:
         if isinstance(tool, FunctionTool):
             brake_function_tool(

@@ -68,9 +68,21 @@ from __future__ import annotations
 
 import dataclasses
 from contextvars import ContextVar
-from typing import Any, Literal, get_args
+from typing import Any
 
-try:
+from ..errors import LoopBrakeError, UnsupportedArgumentsError
+from ..wrap import Brake, acheck
+from .kernel import (
+    AdapterOptions,
+    Handoff,
+    OnDeny,
+    requires,
+    scoped_session,
+    settle,
+    text_with_warning,
+)
+
+with requires(__name__, "Pydantic AI 2.x", "pydantic-ai"):
     from pydantic_ai import RunContext
     from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler
     from pydantic_ai.exceptions import (
@@ -81,20 +93,8 @@ try:
     )
     from pydantic_ai.messages import ToolCallPart, ToolReturn
     from pydantic_ai.tools import ToolDefinition
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "distbrake.integrations.pydantic_ai needs Pydantic AI 2.x: "
-        'pip install "distbrake[pydantic-ai]"'
-    ) from error
-
-from ..errors import LoopBrakeError, UnsupportedArgumentsError
-from ..wrap import Brake, acheck, aobserve
-from .options import Scope, SessionIdFunction, check_adapter_options, chosen_session, scoped_session
 
 __all__ = ["LoopBrakeCapability", "OnDeny"]
-
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 
 # (brake, call) of the last call a capability checked in this context, compared
 # by identity: the ToolCallPart object names the call (its id string may repeat
@@ -104,21 +104,12 @@ _checked: ContextVar[tuple[Brake, ToolCallPart] | None] = ContextVar(
     "distbrake_pydantic_ai_checked", default=None
 )
 
-# (brake, call, [verdict]) of the call `before_tool_execute` allowed; the
-# innermost `wrap_tool_execute` of that brake takes the verdict (emptying the list).
-_allowed: ContextVar[tuple[Brake, ToolCallPart, list[Any]] | None] = ContextVar(
-    "distbrake_pydantic_ai_allowed", default=None
-)
+# The verdict of the call `before_tool_execute` allowed; the innermost
+# `wrap_tool_execute` of that brake takes it.
+_allowed: Handoff[ToolCallPart] = Handoff("distbrake_pydantic_ai_allowed")
 
 # Not results: the tool did not finish (deferred, awaiting approval, skipped).
 _CONTROL_FLOW = (SkipToolExecution, CallDeferred, ApprovalRequired)
-
-
-def _warning(verdict: Any) -> str | None:
-    warning = getattr(verdict, "warning", None)
-    if not isinstance(warning, str) or not warning or getattr(verdict, "would_deny", False):
-        return None
-    return warning
 
 
 def _with_warning(result: Any, warning: str) -> ToolReturn[Any]:
@@ -129,13 +120,17 @@ def _with_warning(result: Any, warning: str) -> ToolReturn[Any]:
     if content is None:
         added: Any = warning
     elif isinstance(content, str):
-        added = f"{content}\n\n{warning}" if content else warning
+        added = text_with_warning(content, warning)
     else:
         added = [*content, warning]
     return dataclasses.replace(result, content=added)
 
 
-class LoopBrakeCapability(AbstractCapability[Any]):
+def _observed(result: Any) -> object:
+    return result.return_value if isinstance(result, ToolReturn) else result
+
+
+class LoopBrakeCapability(AdapterOptions, AbstractCapability[Any]):
     """Deny the Nth identical tool call in a row before the tool runs (see the module text).
 
     `brake` is any distbrake brake (`LoopBrake`, `DistributedBrake`,
@@ -145,22 +140,7 @@ class LoopBrakeCapability(AbstractCapability[Any]):
     module text).
     """
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-    ) -> None:
-        check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r}, scope={self.scope!r})"
+    on_deny: OnDeny
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -181,7 +161,7 @@ class LoopBrakeCapability(AbstractCapability[Any]):
         try:
             await self._check(ctx, call, args)
         except LoopBrakeError as error:
-            if self.on_deny == "raise":
+            if self.ends_run(error):
                 raise
             raise ToolFailed(str(error)) from error
         _checked.set((self.brake, call))
@@ -200,33 +180,21 @@ class LoopBrakeCapability(AbstractCapability[Any]):
         try:
             result = await handler(args)
         except _CONTROL_FLOW:
-            self._take(call)
+            _allowed.take(self.brake, call)
             raise
         except Exception as raised:
-            verdict = self._take(call)
-            if getattr(verdict, "observe_token", None) is not None:
-                await aobserve(self.brake, verdict, raised)
+            verdict = _allowed.take(self.brake, call)
+            if verdict is not None:
+                await settle(self.brake, verdict, raised)
             raise
-        verdict = self._take(call)
+        verdict = _allowed.take(self.brake, call)
         if verdict is None:
             return result
-        if verdict.observe_token is not None:
-            observed = result.return_value if isinstance(result, ToolReturn) else result
-            await aobserve(self.brake, verdict, observed)
-        warning = _warning(verdict)
+        warning = await settle(self.brake, verdict, _observed(result))
         return result if warning is None else _with_warning(result, warning)
 
-    def _take(self, call: ToolCallPart) -> Any:
-        """The verdict this capability's brake gave `call` (once: None for the outer layers)."""
-        allowed = _allowed.get()
-        if allowed is None or allowed[0] is not self.brake or allowed[1] is not call:
-            return None
-        return allowed[2].pop() if allowed[2] else None
-
     async def _check(self, ctx: RunContext[Any], call: ToolCallPart, args: dict[str, Any]) -> None:
-        session_id = chosen_session(
-            self.session_id, ctx, lambda c: scoped_session(self.scope, c.conversation_id, c.run_id)
-        )
+        session_id = self.pick_session(ctx, lambda c: scoped_session(self.scope, c.conversation_id, c.run_id))
         # Ids some providers number per turn repeat: the run step tells the turns apart.
         call_id = f"{ctx.run_id}/{ctx.run_step}/{call.tool_call_id}" if call.tool_call_id else None
         try:
@@ -239,4 +207,4 @@ class LoopBrakeCapability(AbstractCapability[Any]):
                 self.brake, call.tool_name, call.args_as_dict(), session_id=session_id,
                 call_id=call_id,
             )
-        _allowed.set((self.brake, call, [verdict]))
+        _allowed.put(self.brake, call, verdict)

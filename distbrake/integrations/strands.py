@@ -50,10 +50,12 @@ The callbacks are async: an `AsyncDistributedBrake` is awaited, a
 from __future__ import annotations
 
 import uuid
-from threading import Lock
-from typing import Any, Literal, get_args
+from typing import Any
 
-try:
+from ..wrap import Brake
+from .kernel import AdapterOptions, OnDeny, Pending, Scope, SessionIdFunction, requires, scoped_session, settle
+
+with requires(__name__, "Strands Agents (strands-agents >= 1.62)", "strands"):
     from strands.hooks import (
         AfterToolCallEvent,
         BeforeInvocationEvent,
@@ -61,21 +63,9 @@ try:
         HookProvider,
         HookRegistry,
     )
-except ImportError as error:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "distbrake.integrations.strands needs Strands Agents (strands-agents >= 1.62): "
-        'pip install "distbrake[strands]"'
-    ) from error
-
-from ..errors import LoopBrakeError
-from ..wrap import Brake, acheck, aobserve
-from .options import Scope, SessionIdFunction, check_adapter_options, scoped_session
-from .verdicts import warning_of
 
 __all__ = ["RUN_ID_KEY", "LoopBrakeHook", "OnDeny"]
 
-OnDeny = Literal["message", "raise"]
-_ON_DENY: tuple[str, ...] = get_args(OnDeny)
 RUN_ID_KEY = "distbrake_run_id"  # in the invocation state: the run the hook named
 
 
@@ -86,7 +76,7 @@ def _run_id(state: dict[str, Any]) -> str:
     return run
 
 
-class LoopBrakeHook(HookProvider):
+class LoopBrakeHook(AdapterOptions, HookProvider):
     """Deny the Nth identical tool call in a row before the tool runs (see the module text).
 
     `brake` is any distbrake brake; `on_deny` is `"message"` (the refusal is an
@@ -95,25 +85,12 @@ class LoopBrakeHook(HookProvider):
     callable given the `BeforeToolCallEvent`, overrides the scope.
     """
 
-    def __init__(
-        self,
-        brake: Brake,
-        *,
-        on_deny: OnDeny = "message",
-        scope: Scope = "run",
-        session_id: SessionIdFunction | None = None,
-    ) -> None:
-        check_adapter_options(brake, on_deny, _ON_DENY, scope, session_id)
-        self.brake = brake
-        self.on_deny: OnDeny = on_deny
-        self.scope: Scope = scope
-        self.session_id = session_id
-        # Allowed calls' verdicts, by call id, until their AfterToolCallEvent takes them.
-        self._allowed: dict[str, Any] = {}
-        self._lock = Lock()
+    on_deny: OnDeny
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.brake!r}, on_deny={self.on_deny!r}, scope={self.scope!r})"
+    def configure(self, brake: Brake, on_deny: str, scope: Scope, session_id: SessionIdFunction | None) -> None:
+        AdapterOptions.configure(self, brake, on_deny, scope, session_id)
+        # Allowed calls' verdicts, by call id, until their AfterToolCallEvent takes them.
+        self._allowed = Pending()
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         registry.add_callback(BeforeInvocationEvent, self._begin)
@@ -130,8 +107,9 @@ class LoopBrakeHook(HookProvider):
         return f"{_run_id(state)}/{state.get('event_loop_cycle_id', '')}/{tool_use_id}"
 
     def _session(self, event: BeforeToolCallEvent) -> object:
-        if self.session_id is not None:
-            return self.session_id(event)
+        return self.pick_session(event, self._scoped)
+
+    def _scoped(self, event: BeforeToolCallEvent) -> str | None:
         state = event.invocation_state
         conversation = state.get("session_id") or getattr(event.agent, "agent_id", None)
         return scoped_session(self.scope, conversation, _run_id(state))
@@ -141,34 +119,27 @@ class LoopBrakeHook(HookProvider):
             return  # another hook refused the call already: it will not run
         tool_use = event.tool_use
         call_id = self._call_id(tool_use, event.invocation_state)
-        try:
-            verdict = await acheck(
-                self.brake, tool_use["name"], tool_use.get("input"),
-                session_id=self._session(event), call_id=call_id,
-            )
-        except LoopBrakeError as error:
-            if self.on_deny == "raise":
-                raise
+        verdict, error = await self.screen(
+            tool_use["name"], tool_use.get("input"), session_id=self._session(event), call_id=call_id,
+        )
+        if error is not None:
+            if self.ends_run(error):
+                raise error
             event.cancel_tool = str(error)
             return
-        if call_id is not None and (verdict.observe_token is not None or warning_of(verdict)):
-            with self._lock:
-                self._allowed[call_id] = verdict
+        self._allowed.keep(call_id, verdict)
 
     async def _after_tool(self, event: AfterToolCallEvent) -> None:
         call_id = self._call_id(event.tool_use, event.invocation_state)
         if call_id is None:
             return
-        with self._lock:
-            verdict = self._allowed.pop(call_id, None)
+        verdict = self._allowed.take(call_id)
         if verdict is None or event.cancel_message is not None:
             return
         result = event.result
-        if verdict.observe_token is not None:
-            observed = event.exception if event.exception is not None else {
-                "status": result.get("status"), "content": result.get("content"),
-            }
-            await aobserve(self.brake, verdict, observed)
-        warning = warning_of(verdict)
+        observed = event.exception if event.exception is not None else {
+            "status": result.get("status"), "content": result.get("content"),
+        }
+        warning = await settle(self.brake, verdict, observed)
         if warning is not None:
             event.result = {**result, "content": [*result.get("content", []), {"text": warning}]}

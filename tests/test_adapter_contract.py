@@ -1,0 +1,211 @@
+"""The adapter contract: the same scenarios over all 11 framework adapters, each run by the real framework.
+
+Each adapter's test module gives a `Driver` (its framework's set-up: a scripted model, the tool, the runner;
+see `tests.adapters.Driver`); the scenarios here are written once:
+
+* the tool body runs twice, then the third identical call is refused the framework's way, and the model
+  reads the brake's text;
+* two workers (two brakes on one real Redis) share a conversation's streak;
+* `warn_at` reaches the model with the tool's result;
+* a progress-aware tool whose result changes is never refused (and one whose result repeats is);
+* scopes: one call per run is never a loop under `scope="run"` (the default); under
+  `scope="conversation"` the third run's call is refused;
+* the adapter's module names its extra when the framework is missing, and `import distbrake` leaves the
+  framework alone.
+
+The adapters of `SEPARATE_ENVIRONMENTS` (crewai, strands) are collected only where their framework is
+installed: `.ci/run` runs their cases in their own environments (`-k <adapter>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from distbrake import call_hash, hash_prefix
+from tests.adapters import (
+    ADAPTERS,
+    Body,
+    Driver,
+    Run,
+    Seen,
+    collected,
+    driver_of,
+    import_leaves_the_framework_alone,
+    names_its_extra_when_missing,
+)
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, inspect_count
+
+PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
+ADAPTER_TIMEOUT = 5.0  # the adapters are tested here, not timing: a busy machine must not reach the policy
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every scenario over every adapter collected here; a scenario taking `kind` over each brake kind the
+    adapter takes (`ADAPTER_BRAKES`, the sync ones for a sync-only adapter)."""
+    names = [name for name in ADAPTERS if collected(name)]
+    if "kind" in metafunc.fixturenames:
+        metafunc.parametrize(("adapter", "kind"), [
+            pytest.param(name, kind.values[0], marks=[*ADAPTERS[name].marks, *kind.marks], id=f"{name}-{kind.id}")
+            for name in names
+            for kind in (SYNC_ADAPTER_BRAKES if ADAPTERS[name].sync_only else ADAPTER_BRAKES)
+        ])
+    elif "adapter" in metafunc.fixturenames:
+        metafunc.parametrize("adapter", [pytest.param(name, marks=ADAPTERS[name].marks, id=name) for name in names])
+
+
+@pytest.fixture
+def driver(adapter: str) -> Driver:
+    return driver_of(adapter)
+
+
+@pytest.fixture
+def brake(adapter: str, brakes: Any, request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """`brake(**options)`: a brake of the test's `kind` (by default the async face, or the sync one for a
+    sync-only adapter, on the test's embedded backend)."""
+    kind = request.getfixturevalue("kind") if "kind" in request.fixturenames else (
+        "sync-memory" if ADAPTERS[adapter].sync_only else "async-memory"
+    )
+    timeout = {} if kind == "loop" else {"timeout_seconds": ADAPTER_TIMEOUT}
+    return lambda **options: brakes(kind, **timeout, **options)
+
+
+def assert_refusal(seen: Seen, count: int = 3) -> None:
+    assert seen.refused, seen
+    assert "loop brake" in seen.text and PREFIX in seen.text, seen
+    assert f"called {count} times in a row" in seen.text, seen
+
+
+async def test_the_third_identical_call_is_refused_the_frameworks_way(
+    driver: Driver, brake: Callable[..., Any], kind: str
+) -> None:
+    body = Body()
+
+    seen = await driver.run(brake(), body, Run(3, "c-deny"))
+
+    assert body.runs == ["weather", "weather"]
+    assert [s.refused for s in seen] == [False, False, True]
+    assert all("results for weather" in s.text and "loop brake" not in s.text for s in seen[:2])
+    assert_refusal(seen[2])
+
+
+async def test_two_workers_share_a_conversation_streak_through_redis(
+    adapter: str, driver: Driver, brakes: Any, redis_url: str
+) -> None:
+    faces = ("sync", "sync") if ADAPTERS[adapter].sync_only else ("sync", "async")
+    worker_a, worker_b = (
+        brakes(f"{face}-redis", redis_url, timeout_seconds=ADAPTER_TIMEOUT) for face in faces
+    )
+    body_a, body_b = Body(), Body()
+
+    seen_a = await driver.run(worker_a, body_a, Run(2, "c-shared"), scope="conversation")
+    seen_b = await driver.run(worker_b, body_b, Run(1, "c-shared"), scope="conversation")
+
+    assert (body_a.runs, body_b.runs) == (["weather", "weather"], [])
+    assert [s.refused for s in seen_a] == [False, False]
+    [refused] = seen_b
+    assert_refusal(refused)
+
+
+async def test_different_conversations_do_not_share_a_streak(driver: Driver, brake: Callable[..., Any]) -> None:
+    shared = brake()
+    body = Body()
+
+    await driver.run(shared, body, Run(2, "c-one"), scope="conversation")
+    seen = await driver.run(shared, body, Run(1, "c-two"), scope="conversation")
+
+    assert body.runs == ["weather"] * 3
+    assert [s.refused for s in seen] == [False]
+
+
+async def test_warn_at_reaches_the_model_with_the_result(
+    driver: Driver, brake: Callable[..., Any], kind: str
+) -> None:
+    body = Body()
+
+    seen = await driver.run(brake(warn_at=2), body, Run(3, "c-warn"))
+
+    assert body.runs == ["weather", "weather"]
+    first, second, third = seen
+    assert not first.refused and "called" not in first.text
+    assert not second.refused
+    assert "results for weather" in second.text  # the tool's own result, whole
+    assert "called 2 times in a row" in second.text and PREFIX in second.text
+    assert "the next identical call will be denied" in second.text
+    assert_refusal(third)
+
+
+async def test_shadow_mode_shows_no_warning_and_refuses_nothing(driver: Driver, brake: Callable[..., Any]) -> None:
+    body = Body()
+
+    seen = await driver.run(brake(warn_at=2, enforce=False), body, Run(3, "c-shadow"))
+
+    assert body.runs == ["weather"] * 3
+    assert [s.refused for s in seen] == [False] * 3
+    assert all("called" not in s.text for s in seen)
+
+
+PROGRESS = {"search": {"progress": True}}
+
+
+async def test_a_progress_aware_tool_whose_result_changes_is_never_refused(
+    driver: Driver, brake: Callable[..., Any], kind: str
+) -> None:
+    body = Body(f"{percent}% done" for percent in (0, 20, 40, 60, 80))
+
+    seen = await driver.run(brake(tools=PROGRESS), body, Run(5, "c-progress"))
+
+    assert len(body.runs) == 5
+    assert [s.refused for s in seen] == [False] * 5
+
+
+async def test_a_progress_aware_tool_whose_result_repeats_is_refused_at_the_third_call(
+    driver: Driver, brake: Callable[..., Any], kind: str
+) -> None:
+    body = Body(["running"] * 3)
+
+    seen = await driver.run(brake(tools=PROGRESS), body, Run(3, "c-stuck"))
+
+    assert len(body.runs) == 2
+    assert [s.refused for s in seen] == [False, False, True]
+
+
+@pytest.mark.parametrize(("scope", "refused"), [("run", [False] * 3), ("conversation", [False, False, True])])
+async def test_one_call_per_run_is_a_loop_only_across_the_conversation(
+    driver: Driver, brake: Callable[..., Any], kind: str, scope: str, refused: list[bool]
+) -> None:
+    shared, body = brake(), Body()
+    options: dict[str, Any] = {} if scope == "run" else {"scope": scope}  # "run": the default
+
+    seen = [s for _ in range(3) for s in await driver.run(shared, body, Run(1, "c-turns"), **options)]
+
+    assert [s.refused for s in seen] == refused
+    assert len(body.runs) == refused.count(False)
+
+
+def test_a_missing_framework_names_the_extra_to_install(adapter: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    driver_of(adapter)  # the adapter's module, imported
+    names_its_extra_when_missing(monkeypatch, adapter, ADAPTERS[adapter].framework, ADAPTERS[adapter].extra)
+
+
+def test_import_distbrake_does_not_import_the_framework(adapter: str) -> None:
+    import_leaves_the_framework_alone(ADAPTERS[adapter].framework)
+
+
+async def test_a_session_id_callable_names_the_session_and_none_falls_back_to_the_scope(
+    driver: Driver, brake: Callable[..., Any]
+) -> None:
+    shared, body = brake(), Body()
+    scoped: dict[str, Any] = {"scope": "conversation"}
+
+    await driver.run(shared, body, Run(2, "c-named"), session_id=lambda _: "tenant-7")
+    await driver.run(shared, body, Run(2, "c-one"), session_id=lambda _: None, **scoped)
+    other = await driver.run(shared, body, Run(1, "c-two"), session_id=lambda _: None, **scoped)
+    again = await driver.run(shared, body, Run(1, "c-one"), session_id=lambda _: "", **scoped)
+
+    assert await inspect_count(shared, "tenant-7") == 2
+    assert [s.refused for s in other] == [False]  # None: the scope's session, another conversation's
+    assert [s.refused for s in again] == [True]  # "": the scope's session, the first conversation's third call
+    assert len(body.runs) == 5
