@@ -146,12 +146,7 @@ class BrakeCore:
         return self.settings.max_repeats
 
     def prepare(
-        self,
-        tool: str,
-        args: Any,
-        session_id: object = None,
-        call_id: object = None,
-        context: object = None,
+        self, tool: str, args: Any, session_id: object = None, call_id: object = None, context: object = None,
     ) -> PreparedCall | Verdict:
         """Resolve session, call id and the tool's rules, and hash; an exempt tool gives its Verdict."""
         if type(session_id) is str:
@@ -234,13 +229,7 @@ class SyncCheck(BrakeCore):
     """`check` for the sync brakes (in-process and sync Redis): prepare, then `decide`."""
 
     def check(
-        self,
-        tool: str,
-        args: Any,
-        *,
-        session_id: object = None,
-        call_id: object = None,
-        context: object = None,
+        self, tool: str, args: Any, *, session_id: object = None, call_id: object = None, context: object = None,
     ) -> Verdict:
         """Count this call; raise `LoopBrakeError` if it is the Nth identical in a row."""
         watch = self.watch

@@ -27,9 +27,9 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
 from .errors import InvalidMaxRepeatsError, UnsupportedArgumentsError
 from .identity import canonical_json
@@ -78,13 +78,25 @@ def positive_int(value: object, what: str) -> int:
     return value
 
 
+def count_in(value: object, what: str, low: int, high: int, off: str = "") -> int:
+    """`positive_int(value)` within low..high, else `ValueError` naming `what` (`off`: what else it may be)."""
+    number = positive_int(value, what)
+    if not low <= number <= high:
+        raise ValueError(f"{what} must be {off}{low}..{high}, not {number}")
+    return number
+
+
+# warn_at, globally and per tool: an int >= 1, or None (unset).
+WarnAt = Annotated[int | None, BeforeValidator(lambda value: None if value is None else positive_int(value, "warn_at"))]
+
+
 class ToolRules(BaseModel):
     """One tool's rules, as a user writes them (`tools={"search": {"warn_at": 2}}`); unset = the global one."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_repeats: int | None = None
-    warn_at: int | None = None
+    warn_at: WarnAt = None
     enforce: bool | None = None
     ignore_fields: tuple[str, ...] = ()
     progress: bool = False
@@ -94,11 +106,6 @@ class ToolRules(BaseModel):
     @classmethod
     def _check_limit(cls, value: object) -> int | None:
         return None if value is None else normalize_max_repeats(value, "the tool's max_repeats")
-
-    @field_validator("warn_at", mode="before")
-    @classmethod
-    def _check_warn_at(cls, value: object) -> int | None:
-        return None if value is None else positive_int(value, "warn_at")
 
     @field_validator("ignore_fields", mode="before")
     @classmethod

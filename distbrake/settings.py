@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import ConfigurationError, InvalidMaxRepeatsError
 from .model import Rules
-from .rules import ToolRules, normalize_max_repeats, positive_int
+from .rules import ToolRules, WarnAt, count_in, normalize_max_repeats
 from .telemetry.options import TelemetryOptions
 from .urls import ParsedURL, parse_url, redact_url
 
@@ -140,7 +140,7 @@ class BrakeSettings(BaseSettings):
     exempt_tools: frozenset[str] = Field(
         default_factory=frozenset, description="Tools the brake never checks (an alias of tools[...].exempt).",
     )
-    warn_at: int | None = Field(
+    warn_at: WarnAt = Field(
         default=None, description="From this count on, an allowed call carries a warning (1 <= warn_at < max_repeats).",
     )
     enforce: bool = Field(
@@ -167,20 +167,12 @@ class BrakeSettings(BaseSettings):
     @field_validator("max_cycle_period", mode="before")
     @classmethod
     def _check_cycle_period(cls, value: object) -> int:
-        if value in (0, "0"):
-            return 0
-        period = positive_int(value, "max_cycle_period")
-        if not 2 <= period <= MAX_CYCLE_PERIOD:
-            raise ValueError(f"max_cycle_period must be 0 (off) or 2..{MAX_CYCLE_PERIOD}, not {period}")
-        return period
+        return 0 if value in (0, "0") else count_in(value, "max_cycle_period", 2, MAX_CYCLE_PERIOD, "0 (off) or ")
 
     @field_validator("cycle_repeats", mode="before")
     @classmethod
     def _check_cycle_repeats(cls, value: object) -> int:
-        repeats = positive_int(value, "cycle_repeats")
-        if not 2 <= repeats <= MAX_CYCLE_REPEATS:
-            raise ValueError(f"cycle_repeats must be 2..{MAX_CYCLE_REPEATS}, not {repeats}")
-        return repeats
+        return count_in(value, "cycle_repeats", 2, MAX_CYCLE_REPEATS)
 
     @field_validator("max_repeats", mode="before")
     @classmethod
@@ -198,11 +190,6 @@ class BrakeSettings(BaseSettings):
                 raise ValueError("tool names must be strings")  # noqa: TRY004
             limits[tool] = normalize_max_repeats(limit, f"tool_max_repeats[{tool!r}]")
         return limits
-
-    @field_validator("warn_at", mode="before")
-    @classmethod
-    def _check_warn_at(cls, value: object) -> int | None:
-        return None if value is None else positive_int(value, "warn_at")
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -22,18 +22,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from .recorder import (
-    BACKEND_ERRORS_METRIC,
-    CHECKS_METRIC,
-    DURATION_BUCKETS,
-    DURATION_METRIC,
-    FALLBACK_METRIC,
-    MAX_SERIES,
-    OTHER_TOOL,
-    SCRIPT_LOADS_METRIC,
-    Outcome,
-    Recorder,
-)
+from .recorder import DURATION_BUCKETS, MAX_SERIES, METRICS, OTHER_TOOL, Outcome, Recorder
 
 __all__ = ["OtelRecorder"]
 
@@ -48,19 +37,19 @@ class OtelRecorder(Recorder):
         provider = metrics.get_meter_provider() if meter_provider is None else meter_provider
         meter = provider.get_meter("distbrake", version)
         self._duration = meter.create_histogram(
-            DURATION_METRIC[0], unit="s", description=DURATION_METRIC[1],
+            METRICS.duration.name, unit="s", description=METRICS.duration.description,
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
-        self._errors = meter.create_counter(
-            BACKEND_ERRORS_METRIC[0], unit="{error}", description=BACKEND_ERRORS_METRIC[1])
-        self._fallback = meter.create_counter(FALLBACK_METRIC[0], unit="{check}", description=FALLBACK_METRIC[1])
-        self._loads = meter.create_counter(SCRIPT_LOADS_METRIC[0], unit="{load}", description=SCRIPT_LOADS_METRIC[1])
+        errors, fallback, loads = METRICS.backend_errors, METRICS.fallback, METRICS.script_loads
+        self._errors = meter.create_counter(errors.name, unit="{error}", description=errors.description)
+        self._fallback = meter.create_counter(fallback.name, unit="{check}", description=fallback.description)
+        self._loads = meter.create_counter(loads.name, unit="{load}", description=loads.description)
         self._lock = threading.Lock()
         self._tallies: dict[tuple[str, str, str], int] = {}
         self._pending: list[tuple[str, float]] = []
         self._by: dict[str, dict[str, str]] = {}
         meter.create_observable_counter(
-            CHECKS_METRIC[0], callbacks=[self._observe], unit="{check}", description=CHECKS_METRIC[1])
+            METRICS.checks.name, callbacks=[self._observe], unit="{check}", description=METRICS.checks.description)
 
     def check(self, tool: str, outcome: Outcome, decided_by: str, seconds: float | None) -> None:
         key = (tool, outcome, decided_by)

@@ -14,18 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from .recorder import (
-    BACKEND_ERRORS_METRIC,
-    CHECKS_METRIC,
-    DURATION_BUCKETS,
-    DURATION_METRIC,
-    FALLBACK_METRIC,
-    MAX_SERIES,
-    OTHER_TOOL,
-    SCRIPT_LOADS_METRIC,
-    Outcome,
-    Recorder,
-)
+from .recorder import DURATION_BUCKETS, MAX_SERIES, METRICS, OTHER_TOOL, Metric, Outcome, Recorder
 
 __all__ = ["PrometheusRecorder"]
 
@@ -34,8 +23,9 @@ _lock = threading.Lock()
 _registered: weakref.WeakKeyDictionary[CollectorRegistry, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
-def _name(otel_name: str) -> str:
-    return otel_name.replace(".", "_")
+def _named(metric: Metric) -> tuple[str, str]:
+    """A metric's Prometheus name and help text."""
+    return metric.name.replace(".", "_"), metric.description
 
 
 def _metrics(registry: CollectorRegistry) -> tuple[Any, ...]:
@@ -43,13 +33,12 @@ def _metrics(registry: CollectorRegistry) -> tuple[Any, ...]:
         found = _registered.get(registry)
         if found is None:
             found = (
-                Counter(_name(CHECKS_METRIC[0]), CHECKS_METRIC[1], ("tool", "outcome", "decided_by"),
-                        registry=registry),
-                Histogram(_name(DURATION_METRIC[0]) + "_seconds", DURATION_METRIC[1], ("decided_by",),
+                Counter(*_named(METRICS.checks), ("tool", "outcome", "decided_by"), registry=registry),
+                Histogram(_named(METRICS.duration)[0] + "_seconds", METRICS.duration.description, ("decided_by",),
                           buckets=(*DURATION_BUCKETS, float("inf")), registry=registry),
-                Counter(_name(BACKEND_ERRORS_METRIC[0]), BACKEND_ERRORS_METRIC[1], ("error_type",), registry=registry),
-                Counter(_name(FALLBACK_METRIC[0]), FALLBACK_METRIC[1], ("policy",), registry=registry),
-                Counter(_name(SCRIPT_LOADS_METRIC[0]), SCRIPT_LOADS_METRIC[1], registry=registry),
+                Counter(*_named(METRICS.backend_errors), ("error_type",), registry=registry),
+                Counter(*_named(METRICS.fallback), ("policy",), registry=registry),
+                Counter(*_named(METRICS.script_loads), registry=registry),
                 set(),  # the (tool, outcome, decided_by) series made on this registry, at most MAX_SERIES
             )
             _registered[registry] = found

@@ -7,9 +7,12 @@ Never a session id, an argument, a result or a hash.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
-__all__ = ["DURATION_BUCKETS", "MAX_SERIES", "OTHER_TOOL", "OUTCOMES", "TOOL_CHARS", "Outcome", "Recorder"]
+__all__ = [
+    "DURATION_BUCKETS", "MAX_SERIES", "METRICS", "OTHER_TOOL", "OUTCOMES", "TOOL_CHARS",
+    "Metric", "Metrics", "Outcome", "Recorder",
+]
 
 Outcome = Literal["allowed", "warned", "denied", "would_deny", "exempt", "replayed"]
 OUTCOMES: tuple[Outcome, ...] = ("allowed", "warned", "denied", "would_deny", "exempt", "replayed")
@@ -25,12 +28,30 @@ DURATION_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 )
 
-# Names and descriptions of the instruments, shared by every recorder.
-CHECKS_METRIC = ("distbrake.checks", "Checks, by tool, outcome and decided_by.")
-DURATION_METRIC = ("distbrake.check.duration", "Duration of a check (exempt checks are not timed), by decided_by.")
-BACKEND_ERRORS_METRIC = ("distbrake.backend.errors", "Backend failures seen by checks, by error.type.")
-FALLBACK_METRIC = ("distbrake.fallback.checks", "Checks decided by the failure policy, by policy.")
-SCRIPT_LOADS_METRIC = ("distbrake.script.loads", "Script loads after a NOSCRIPT reply.")
+class Metric(NamedTuple):
+    """An instrument's name (OpenTelemetry's; Prometheus writes it with underscores) and description."""
+
+    name: str
+    description: str
+
+
+class Metrics(NamedTuple):
+    """The instruments every recorder keeps."""
+
+    checks: Metric
+    duration: Metric
+    backend_errors: Metric
+    fallback: Metric
+    script_loads: Metric
+
+
+METRICS = Metrics(
+    checks=Metric("distbrake.checks", "Checks, by tool, outcome and decided_by."),
+    duration=Metric("distbrake.check.duration", "Duration of a check (exempt checks are not timed), by decided_by."),
+    backend_errors=Metric("distbrake.backend.errors", "Backend failures seen by checks, by error.type."),
+    fallback=Metric("distbrake.fallback.checks", "Checks decided by the failure policy, by policy."),
+    script_loads=Metric("distbrake.script.loads", "Script loads after a NOSCRIPT reply."),
+)
 
 
 class Recorder:
