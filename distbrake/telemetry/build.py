@@ -113,7 +113,7 @@ def build_telemetry(
         fleet = (AsyncFleetWriter if asynchronous else FleetWriter)(client, key_prefix)
     watch = None
     if recorders or fleet is not None or callbacks["on_deny"] or callbacks["on_warn"]:
-        watch = Watch(recorder, decided_by=decided_by, policy=policy, on_deny=callbacks["on_deny"],
+        watch = Watch(recorder=recorder, decided_by=decided_by, policy=policy, on_deny=callbacks["on_deny"],
                       on_warn=callbacks["on_warn"], fleet=fleet)
     health = HealthWatch(policy, backend, callbacks["on_degraded"], callbacks["on_recovered"])
     return Telemetry(watch, recorder, health)

@@ -10,6 +10,7 @@ own around the check (no call and no coroutine more per check).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import BrakeUnavailableError, LoopBrakeError
@@ -69,19 +70,16 @@ def _call_id(call_id: object, context: object) -> str | None:
         return None
 
 
+@dataclass(slots=True, kw_only=True)
 class Watch:
     """Reports each check of one brake: outcome and duration, denials and warnings, the fleet view."""
 
-    def __init__(
-        self, recorder: Recorder, *, decided_by: str, policy: str, on_deny: Callback | None = None,
-        on_warn: Callback | None = None, fleet: FleetWriter | AsyncFleetWriter | None = None,
-    ) -> None:
-        self.recorder = recorder
-        self._decided_by = decided_by
-        self._policy = policy
-        self._on_deny = on_deny
-        self._on_warn = on_warn
-        self._fleet = fleet
+    recorder: Recorder
+    decided_by: str  # who decides this brake's checks, unless a denial says otherwise (the fallback)
+    policy: str
+    on_deny: Callback | None = None
+    on_warn: Callback | None = None
+    fleet: FleetWriter | AsyncFleetWriter | None = None
 
     @staticmethod
     def start() -> float:
@@ -97,13 +95,13 @@ class Watch:
 
     def flush(self) -> None:
         """Wait (bounded) for the fleet view's writes of a sync brake; the brake's `close()` calls it."""
-        if self._fleet is not None and not isinstance(self._fleet, AsyncFleetWriter):
-            self._fleet.flush()
+        if self.fleet is not None and not isinstance(self.fleet, AsyncFleetWriter):
+            self.fleet.flush()
 
     async def aflush(self) -> None:
         """The same for an async brake (`aclose()`)."""
-        if isinstance(self._fleet, AsyncFleetWriter):
-            await self._fleet.flush()
+        if isinstance(self.fleet, AsyncFleetWriter):
+            await self.fleet.flush()
 
     def done(self, verdict: Verdict, start: float, call_id: object, context: object) -> None:
         seconds = _clock() - start
@@ -117,7 +115,7 @@ class Watch:
             self.recorder.check(tool, "exempt", "exempt", None)
             return
         else:  # fallback, fail-open
-            self.recorder.fallback(self._policy)
+            self.recorder.fallback(self.policy)
         if verdict.replayed:  # the same call again: counted once, reported once
             self.recorder.check(tool, "replayed", decided_by, seconds)
         elif verdict.would_deny:
@@ -128,22 +126,22 @@ class Watch:
         elif verdict.warning is not None:
             self.recorder.check(tool, "warned", decided_by, seconds)
             self.recorder.guardrail("warned", verdict.warning, tool, _call_id(call_id, context))
-            if self._fleet is not None:
-                self._fleet.note("w", tool)
-            if self._on_warn is not None:
-                run_callback("on_warn", self._on_warn, verdict)
+            if self.fleet is not None:
+                self.fleet.note("w", tool)
+            if self.on_warn is not None:
+                run_callback("on_warn", self.on_warn, verdict)
         else:
             self.recorder.check(tool, "allowed", decided_by, seconds)
 
     def denied(self, error: LoopBrakeError, start: float, call_id: object, context: object) -> None:
         seconds = _clock() - start
         tool = error.tool_name[:TOOL_CHARS]
-        decided_by = decided_by_of(error, self._decided_by)
+        decided_by = decided_by_of(error, self.decided_by)
         if decided_by == "fallback":
-            self.recorder.fallback(self._policy)
+            self.recorder.fallback(self.policy)
         self.recorder.check(tool, "denied", decided_by, seconds)
         self.recorder.guardrail("denied", str(error), tool, _call_id(call_id, context))
-        if self._fleet is not None:
-            self._fleet.note("d", tool)
-        if self._on_deny is not None:
-            run_callback("on_deny", self._on_deny, error)
+        if self.fleet is not None:
+            self.fleet.note("d", tool)
+        if self.on_deny is not None:
+            run_callback("on_deny", self.on_deny, error)
