@@ -149,12 +149,17 @@ def assert_refused(scripted: ScriptedModel, call_id: str = "call_3") -> ToolMess
 # -- create_agent: the whole loop -------------------------------------------------------
 
 
+def braked_agent(search: Search, brake: Any, **options: Any) -> tuple[Any, Any]:
+    """(the scripted model repeating search, a create_agent graph with the brake's middleware)."""
+    scripted = repeating()
+    return scripted, create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brake, **options)])
+
+
 @pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_agent_invoke_denies_third_call_and_finishes(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    scripted = repeating()
-    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+    scripted, agent = braked_agent(search, brakes(kind))
 
     result = agent.invoke(INPUT, config("t-sync"))
 
@@ -164,38 +169,27 @@ def test_agent_invoke_denies_third_call_and_finishes(
     assert len(scripted.prompts) == 4  # 3 tool turns, then the final answer
 
 
-def test_agent_stream_denies_third_call(brakes: Callable[..., Any], search: Search) -> None:
-    scripted = repeating()
-    agent = create_agent(
-        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("sync-memory"))]
-    )
+@pytest.mark.parametrize("streamed", ["stream", "astream"])
+async def test_agent_stream_and_astream_deny_third_call(
+    brakes: Callable[..., Any], search: Search, streamed: str
+) -> None:
+    scripted, agent = braked_agent(search, brakes("sync-memory" if streamed == "stream" else "async-memory"))
 
-    chunks = list(agent.stream(INPUT, config("t-stream"), stream_mode="updates"))
-
-    assert search.runs == ["weather", "weather"]
-    assert_refused(scripted)
-    assert chunks
-
-
-async def test_agent_astream_denies_third_call(brakes: Callable[..., Any], search: Search) -> None:
-    scripted = repeating()
-    agent = create_agent(
-        scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes("async-memory"))]
-    )
-
-    chunks = [chunk async for chunk in agent.astream(INPUT, config("t-astream"))]
+    if streamed == "stream":
+        chunks = list(agent.stream(INPUT, config("t-stream"), stream_mode="updates"))
+    else:
+        chunks = [chunk async for chunk in agent.astream(INPUT, config("t-astream"))]
 
     assert search.runs == ["weather", "weather"]
     assert_refused(scripted)
     assert chunks
+
 
 @pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_agent_invoke_on_deny_raise_aborts_the_run(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    scripted = repeating()
-    middleware = LoopBrakeMiddleware(brakes(kind), on_deny="raise")
-    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+    scripted, agent = braked_agent(search, brakes(kind), on_deny="raise")
 
     with pytest.raises(LoopBrakeError) as caught:
         agent.invoke(INPUT, config("t-raise"))
@@ -212,9 +206,7 @@ def test_agent_invoke_on_deny_raise_aborts_the_run(
 async def test_agent_ainvoke_on_deny_raise_aborts_the_run(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    scripted = repeating()
-    middleware = LoopBrakeMiddleware(brakes(kind), on_deny="raise")
-    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+    _scripted, agent = braked_agent(search, brakes(kind), on_deny="raise")
 
     with pytest.raises(LoopBrakeError) as caught:
         await agent.ainvoke(INPUT, config("t-araise"))
@@ -619,9 +611,7 @@ def assert_warned_then_refused(scripted: ScriptedModel) -> None:
 
 @pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_agent_invoke_warns_then_denies(kind: str, brakes: Callable[..., Any], search: Search) -> None:
-    scripted = repeating()
-    middleware = LoopBrakeMiddleware(brakes(kind, warn_at=2))
-    agent = create_agent(scripted, [search.tool], middleware=[middleware])
+    scripted, agent = braked_agent(search, brakes(kind, warn_at=2))
 
     agent.invoke(INPUT, config("t-warn"))
 
