@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,6 +100,7 @@ class StreakFile:
         self.ttl = ttl
         self.prefix = prefix
         self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()  # one transaction at a time on the connection (a server's threads share it)
 
     def __repr__(self) -> str:
         return f"StreakFile({str(self.path)!r})"
@@ -125,14 +127,15 @@ class StreakFile:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        db = self._connect()
-        db.execute("BEGIN IMMEDIATE")  # the write lock first: the read-step-write is one atomic step
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        with self._lock:
+            db = self._connect()
+            db.execute("BEGIN IMMEDIATE")  # the write lock first: the read-step-write is one atomic step
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def close(self) -> None:
         if self._db is not None:
@@ -194,7 +197,9 @@ class StreakFile:
             query += " AND session = ?"
             params += (session,)
         found = []
-        for row in self._connect().execute(query, params):
+        with self._lock:
+            selected = self._connect().execute(query, params).fetchall()
+        for row in selected:
             rules = None if row[11] is None else Rules(row[11], row[12], bool(row[13]))
             found.append(Row(row[0], row[5], row[1], row[2], row[9], row[10], rules))
         return found

@@ -25,9 +25,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.agent_model import FINAL, Script, serve
+from tests.serve_process import start
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where .ci/run installs the agents (npm --prefix); DISTBRAKE_AGENTS_PREFIX overrides it.
@@ -78,12 +80,16 @@ def user_env(home: Path, **extra: str) -> dict[str, str]:
     return {"PATH": path, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "LANG": "C.UTF-8", **extra}
 
 
-def claude(base_url: str, home: Path, *args: str, **env: str) -> dict[str, object]:
+COMMAND_HOOK = {"type": "command", "command": "distbrake hook claude-code"}
+
+
+def claude(base_url: str, home: Path, *args: str, hook: dict[str, object] = COMMAND_HOOK,
+           **env: str) -> dict[str, object]:
     """`claude -p` in a project whose .claude/settings.json runs the hook, as the README shows."""
     project = home / "project"
     (project / ".claude").mkdir(parents=True, exist_ok=True)
     (project / ".claude" / "settings.json").write_text(json.dumps({"hooks": {"PreToolUse": [
-        {"matcher": "*", "hooks": [{"type": "command", "command": "distbrake hook claude-code"}]}]}}))
+        {"matcher": "*", "hooks": [hook]}]}}))
     result = subprocess.run(
         [agent("claude"), "-p", "Append a line to the file, please.", "--allowedTools", "Bash",
          "--output-format", "json", *args],
@@ -161,3 +167,18 @@ def test_two_claude_processes_with_one_session_share_the_streak_in_redis(tmp_pat
     finally:
         first_model.close()
     assert not (tmp_path / "machine-1" / ".cache" / "distbrake").exists()  # nothing local: the streak is in Redis
+
+
+def test_claude_code_http_hook_on_distbrake_serve(model: tuple[str, Script, Path], tmp_path: Path) -> None:
+    """Claude Code's `type: "http"` hook POSTs to `distbrake serve` (one endpoint for a team): same outcome."""
+    base_url, script, marker = model
+    with start(tmp_path, env={"DISTBRAKE_SERVE_TOKEN": "team-token"}) as server:
+        hook = {"type": "http", "url": f"{server.url}/v1/hooks/claude-code",
+                "headers": {"Authorization": "Bearer $DISTBRAKE_SERVE_TOKEN"},
+                "allowedEnvVars": ["DISTBRAKE_SERVE_TOKEN"]}
+        result = claude(base_url, tmp_path / "home", hook=hook, DISTBRAKE_SERVE_TOKEN="team-token")
+        metrics = httpx.get(f"{server.url}/metrics", headers={"Authorization": "Bearer team-token"}, timeout=10).text
+    assert runs(marker) == 2
+    assert result["result"] == FINAL
+    assert 'called 3 times in a row' in script.refusals_seen[0]
+    assert 'distbrake_serve_requests_total{endpoint="hooks/claude-code",outcome="denied"} 1.0' in metrics

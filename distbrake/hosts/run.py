@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from . import Answer, Decision, HookEvent, HookInputError, Host, host, shown
 
-__all__ = ["MAX_EVENT_BYTES", "HookOptions", "handle", "run_hook", "self_test"]
+__all__ = ["MAX_EVENT_BYTES", "HookOptions", "decide", "handle", "open_brake", "read_payload", "run_hook", "self_test"]
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # a bigger event (a huge tool_input) is allowed unchecked, and said
 OnError = Literal["allow", "deny"]
@@ -64,19 +64,31 @@ def run_hook(
     options = HookOptions() if options is None else options
     agent = host(name)
     try:
-        if len(data) > MAX_EVENT_BYTES:
-            raise HookInputError(f"the event is larger than {MAX_EVENT_BYTES // (1024 * 1024)} MiB")
-        payload = json.loads(data)
-        if not isinstance(payload, dict):
-            raise HookInputError(f"the event is a JSON {type(payload).__name__}, not an object")
+        payload = read_payload(data)
         event = agent.parse(payload)
-    except (ValueError, RecursionError) as error:  # HookInputError, JSONDecodeError, UnicodeDecodeError
-        reason = str(error) if isinstance(error, HookInputError) else "the event is not JSON"
-        return _unreadable(agent, reason, options)
+    except HookInputError as error:
+        return _unreadable(agent, str(error), options)
     if event is None:
-        found = payload.get("hook_event_name")
-        return _unread(agent, f"the event {shown(found, 40)!r} is not a tool event this hook handles")
+        return _unread(agent, not_handled(payload))
     return handle(agent, event, options, env)
+
+
+def read_payload(data: bytes, limit: int = MAX_EVENT_BYTES) -> dict[str, Any]:
+    """A JSON object of at most `limit` bytes, else HookInputError (saying why, never quoting the input)."""
+    if len(data) > limit:
+        raise HookInputError(f"the event is larger than {limit // (1024 * 1024)} MiB")
+    try:
+        payload = json.loads(data)
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, too deeply nested
+        raise HookInputError("the event is not JSON") from None
+    if not isinstance(payload, dict):
+        raise HookInputError(f"the event is a JSON {type(payload).__name__}, not an object")
+    return payload
+
+
+def not_handled(payload: Mapping[str, Any]) -> str:
+    """Why an event is not checked: its name (bounded and escaped)."""
+    return f"the event {shown(payload.get('hook_event_name'), 40)!r} is not a tool event this hook handles"
 
 
 def handle(agent: Host, event: HookEvent, options: HookOptions, environ: Mapping[str, str]) -> Answer:
@@ -122,27 +134,32 @@ def _light(event: HookEvent, session: str, options: HookOptions) -> Decision | N
 
 def _full(event: HookEvent, session: str, options: HookOptions) -> Decision | None:
     """The full path: the library's brake for the configuration (a file, or Redis)."""
+    brake = open_brake(options)
+    try:
+        return decide(brake, event, session)
+    finally:
+        brake.close()
+
+
+def decide(brake: Any, event: HookEvent, session: str) -> Decision | None:
+    """Check (pre) or observe (post) `event` with `brake` (any sync brake); None: allowed, nothing to say."""
     from ..core import PreparedCall, Verdict
     from ..errors import BrakeUnavailableError, LoopBrakeError
 
-    brake = open_brake(options)
+    if event.phase == "post":
+        call = brake.prepare(event.tool, event.args, session, event.call_id)
+        if isinstance(call, PreparedCall) and call.rules.progress and event.call_id is not None:
+            token = Verdict(call.rules.max_repeats, call.rules.max_repeats, call.hash_prefix, session,
+                            event.tool, observe_token=call)
+            brake.observe(token, event.result)
+        return None
     try:
-        if event.phase == "post":
-            call = brake.prepare(event.tool, event.args, session, event.call_id)
-            if isinstance(call, PreparedCall) and call.rules.progress and event.call_id is not None:
-                token = Verdict(call.rules.max_repeats, call.rules.max_repeats, call.hash_prefix, session,
-                                event.tool, observe_token=call)
-                brake.observe(token, event.result)
-            return None
-        try:
-            verdict = brake.check(event.tool, event.args, session_id=session, call_id=event.call_id)
-        except LoopBrakeError as error:
-            return Decision("halt" if error.kind == "halt" else "deny", str(error))
-        except BrakeUnavailableError as error:  # the failure policy is "closed"
-            return Decision("deny", str(error))
-        return Decision("warn", verdict.warning) if verdict.warning else None
-    finally:
-        brake.close()
+        verdict = brake.check(event.tool, event.args, session_id=session, call_id=event.call_id)
+    except LoopBrakeError as error:
+        return Decision("halt" if error.kind == "halt" else "deny", str(error))
+    except BrakeUnavailableError as error:  # the failure policy is "closed"
+        return Decision("deny", str(error))
+    return Decision("warn", verdict.warning) if verdict.warning else None
 
 
 def open_brake(options: HookOptions) -> Any:
