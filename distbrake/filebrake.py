@@ -4,7 +4,8 @@ It is what `distbrake hook` counts with when no `DISTBRAKE_URL` is set and the
 configuration asks for more than the hook's light path reads (per-tool rules,
 cycles, warnings): the same `check`, the same verdicts and errors as every
 brake (`core.BrakeCore`), the rule model's `step` and `observe` applied in one
-SQLite transaction per check (see streakfile.py for why a file).
+SQLite transaction per check (see streakfile.py for why a file). Its verdicts
+say `decided_by="in-process"`: decided on this machine, not by Redis.
 """
 
 from __future__ import annotations

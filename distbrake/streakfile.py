@@ -43,6 +43,7 @@ DEFAULT_TTL = 3600.0
 DEFAULT_TIMEOUT = 0.5
 DEFAULT_PREFIX = "distbrake"
 FILE_NAME = "streaks.sqlite3"
+PURGE_EVERY = 256  # a long-lived process (distbrake serve) deletes expired records every this many steps
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS streaks (
@@ -100,7 +101,8 @@ class StreakFile:
         self.ttl = ttl
         self.prefix = prefix
         self._db: sqlite3.Connection | None = None
-        self._lock = threading.Lock()  # one transaction at a time on the connection (a server's threads share it)
+        self._lock = threading.Lock()
+        self._steps = 0  # one transaction at a time on the connection (a server's threads share it)
 
     def __repr__(self) -> str:
         return f"StreakFile({str(self.path)!r})"
@@ -166,7 +168,9 @@ class StreakFile:
                     int(rules.enforce),
                 ),
             )
-            db.execute("DELETE FROM streaks WHERE expires <= ?", (now,))
+            self._steps += 1
+            if self._steps % PURGE_EVERY == 1:  # expired records go now and then (the first step of each process)
+                db.execute("DELETE FROM streaks WHERE expires <= ?", (now,))
         return counted
 
     def observe(self, session: str, digest: str, call_id: str | None, result: bytes) -> int:

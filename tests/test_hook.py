@@ -260,3 +260,45 @@ def test_self_test_passes_for_every_host(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout + result.stderr
         assert result.stdout.startswith(f"hook {host}: ok (2 identical calls allowed, call 3 denied")
     assert StreakFile(tmp_path / "cache" / "distbrake" / "streaks.sqlite3").rows() == []  # cleared afterwards
+
+
+def test_doctor_checks_a_hook_end_to_end(tmp_path: Path) -> None:
+    good = subprocess.run([sys.executable, "-m", "distbrake", "doctor", "--hook", "claude-code", "--json"],
+                          env=hook_env(tmp_path), capture_output=True, text=True, timeout=120, check=False)
+    assert good.returncode == 0, good.stdout + good.stderr
+    finding = json.loads(good.stdout)["checks"][-1]
+    assert finding["name"] == "hook claude-code" and finding["status"] == "ok"
+    not_a_dir = tmp_path / "not-a-dir"
+    not_a_dir.write_text("")  # the cache directory cannot be made: every hook call fails open, so the test fails
+    bad = subprocess.run([sys.executable, "-m", "distbrake", "doctor", "--hook", "codex", "--json"],
+                         env={**hook_env(tmp_path), "XDG_CACHE_HOME": str(not_a_dir)}, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert bad.returncode == 4
+    finding = json.loads(bad.stdout)["checks"][-1]
+    assert finding["status"] == "fail" and "--self-test" in finding["fix"]
+
+
+class HaltingBrake:
+    """A brake whose check raises the ladder's halt (kind "halt"): what every host answers then."""
+
+    def check(self, tool: str, args: object, **ids: object) -> None:
+        raise LoopBrakeError(tool, 9, 3, "ab" * 6, "s", kind="halt")
+
+
+def test_a_halt_ends_the_turn_where_the_host_can() -> None:
+    """Protocol level only: the halt itself (issue 24) is not in this branch, so no brake raises it end to end."""
+    from distbrake.hosts import HookEvent, host
+    from distbrake.hosts.run import decide
+
+    decision = decide(HaltingBrake(), HookEvent("pre", "PreToolUse", "Bash", {}, "s"), "s")
+    assert decision is not None and decision.kind == "halt"
+    claude = json.loads(host("claude-code").answer("PreToolUse", decision).stdout)
+    assert claude["continue"] is False and claude["stopReason"] == decision.message
+    assert claude["hookSpecificOutput"]["permissionDecision"] == "deny"
+    codex = json.loads(host("codex").answer("PreToolUse", decision).stdout)
+    assert codex["continue"] is False and codex["hookSpecificOutput"]["permissionDecision"] == "deny"
+    gemini = json.loads(host("gemini").answer("BeforeTool", decision).stdout)
+    assert gemini == {"decision": "deny", "reason": decision.message, "continue": False,
+                      "stopReason": decision.message}
+    cursor = json.loads(host("cursor").answer("preToolUse", decision).stdout)
+    assert cursor["permission"] == "deny"  # Cursor's tool events cannot end the conversation

@@ -4,7 +4,7 @@ Each host module reads that host's hook event (the JSON it writes on a hook's
 stdin, or POSTs to an HTTP hook) into a `HookEvent`, and writes a `Decision`
 back in that host's own shape (`Answer`: stdout, stderr, exit code). Every
 field name comes from the host's documentation or source, cited in its module
-and pinned by `tests/test_hosts.py` with the host's documented example payloads.
+and pinned by `tests/test_hook.py` with the hosts' documented example payloads (`tests/hook_events.py`).
 
 This package imports nothing beyond the standard library: the hook runs before
 every tool call, so its start-up is part of every call's latency.
