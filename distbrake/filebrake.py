@@ -37,7 +37,7 @@ class FileBrake(SyncCheck):
         super().__init__(load_settings(settings, **options))
         s = self.settings
         self.store = StreakFile(path, timeout=s.timeout_seconds, ttl=s.ttl_seconds, prefix=s.key_prefix)
-        self._cycles = CycleRule(s.max_cycle_period, s.cycle_repeats) if s.max_cycle_period else None
+        self.cycles = CycleRule(s.max_cycle_period, s.cycle_repeats) if s.max_cycle_period else None
 
     def __repr__(self) -> str:
         return f"FileBrake({str(self.store.path)!r}, max_repeats={self.max_repeats})"
@@ -45,7 +45,7 @@ class FileBrake(SyncCheck):
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in the file and judge it."""
         count, replayed, cycle = self.store.step(
-            call.session_id, call.digest, call.call_id, call.tool_name, call.rules, self._cycles
+            call.session_id, call.digest, call.call_id, call.tool_name, call.rules, self.cycles
         )
         return self.judge(call, count, replayed, "in-process", cycle)
 

@@ -23,14 +23,14 @@ Standard library only: the hook's start-up is part of every tool call.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
+
+import orjson
 
 from .model import Cycle, CycleRule, Rules, Streak, observe, step
 
@@ -71,10 +71,10 @@ _COLUMNS = (
 )
 
 
-def default_path() -> Path:
+def default_path() -> str:
     """`$XDG_CACHE_HOME/distbrake/streaks.sqlite3`, else `~/.cache/distbrake/streaks.sqlite3`."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "distbrake" / FILE_NAME
+    return os.path.join(cache, "distbrake", FILE_NAME)
 
 
 class Row(NamedTuple):
@@ -96,7 +96,7 @@ class StreakFile:
         self, path: str | os.PathLike[str] | None = None, *, timeout: float = DEFAULT_TIMEOUT,
         ttl: float = DEFAULT_TTL, prefix: str = DEFAULT_PREFIX,
     ) -> None:
-        self.path = Path(path) if path is not None else default_path()
+        self.path = os.fspath(path) if path is not None else default_path()  # (no pathlib: start-up time)
         self.timeout = timeout  # longest wait for the file's lock; also the replay window, as in Redis
         self.ttl = ttl
         self.prefix = prefix
@@ -105,12 +105,12 @@ class StreakFile:
         self._steps = 0  # one transaction at a time on the connection (a server's threads share it)
 
     def __repr__(self) -> str:
-        return f"StreakFile({str(self.path)!r})"
+        return f"StreakFile({self.path!r})"
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not self.path.exists():
+            os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+            if not os.path.exists(self.path):
                 with contextlib.suppress(FileExistsError):
                     os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
@@ -149,25 +149,37 @@ class StreakFile:
         cycles: CycleRule | None = None,
     ) -> tuple[int, bool, Cycle | None]:
         """Count one call in `session`'s record: (count, replayed, the cycle it completes), as `LoopBrake.record`."""
+        return self.step_many([(session, digest, call_id, tool, rules)], cycles)[0]
+
+    def step_many(
+        self, calls: Sequence[tuple[str, str, str | None, str, Rules]], cycles: CycleRule | None = None,
+    ) -> list[tuple[int, bool, Cycle | None]]:
+        """`step` for each of `calls` (session, digest, call id, tool, rules) in order, in one transaction.
+
+        A server batches the checks that arrive together: one lock and one commit for all of them, each
+        counted exactly as alone (a session twice in a batch reads its own first write).
+        """
         now = time.time()
+        counted = []
         with self._transaction() as db:
-            row = db.execute(
-                f"SELECT {_COLUMNS} FROM streaks WHERE prefix = ? AND session = ? AND expires > ?",
-                (self.prefix, session, now),
-            ).fetchone()
-            streak = Streak() if row is None else _streak(row)
-            fresh = row is not None and now - row[8] <= self.timeout
-            counted = step(streak, digest, call_id, tool, fresh, cycles)
-            db.execute(
-                f"INSERT OR REPLACE INTO streaks (prefix, session, {_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    self.prefix, session, streak.digest, streak.count, streak.call_id, streak.previous_id,
-                    streak.tool_name, streak.result, None if streak.ring is None else json.dumps(streak.ring),
-                    json.dumps(streak.cycles), now, now + self.ttl, rules.max_repeats, rules.warn_at,
-                    int(rules.enforce),
-                ),
-            )
+            for session, digest, call_id, tool, rules in calls:
+                row = db.execute(
+                    f"SELECT {_COLUMNS} FROM streaks WHERE prefix = ? AND session = ? AND expires > ?",
+                    (self.prefix, session, now),
+                ).fetchone()
+                streak = Streak() if row is None else _streak(row)
+                fresh = row is not None and now - row[8] <= self.timeout
+                counted.append(step(streak, digest, call_id, tool, fresh, cycles))
+                db.execute(
+                    f"INSERT OR REPLACE INTO streaks (prefix, session, {_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        self.prefix, session, streak.digest, streak.count, streak.call_id, streak.previous_id,
+                        streak.tool_name, streak.result, None if streak.ring is None else orjson.dumps(streak.ring),
+                        orjson.dumps(streak.cycles), now, now + self.ttl, rules.max_repeats, rules.warn_at,
+                        int(rules.enforce),
+                    ),
+                )
             self._steps += 1
             if self._steps % PURGE_EVERY == 1:  # expired records go now and then (the first step of each process)
                 db.execute("DELETE FROM streaks WHERE expires <= ?", (now,))
@@ -217,11 +229,11 @@ class StreakFile:
 
 def _streak(row: tuple[Any, ...]) -> Streak:
     digest, count, call_id, previous_id, tool, result, ring, cycles = row[:8]
-    last, previous = json.loads(cycles) if cycles else (0, 0)
+    last, previous = orjson.loads(cycles) if cycles else (0, 0)
     return Streak(
         str(digest), int(count), _text(call_id), _text(previous_id), str(tool),
         result if isinstance(result, bytes) else None,
-        None if ring is None else [(str(a), str(b)) for a, b in json.loads(ring)],
+        None if ring is None else [(str(a), str(b)) for a, b in orjson.loads(ring)],
         (int(last), int(previous)),
     )
 

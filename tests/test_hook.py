@@ -197,7 +197,9 @@ import sys
 from distbrake.hosts.run import HookOptions, run_hook
 store, name = sys.argv[1], sys.argv[2]
 import json
-options = HookOptions(max_repeats=100_000, store=store)
+# a generous lock wait: this proves the count is atomic; on a loaded machine a process holding the
+# lock can be descheduled for longer than the default 0.5 s (the hook would then allow, and say so)
+options = HookOptions(max_repeats=100_000, store=store, timeout=30)
 for i in range(50):
     event = {"session_id": "shared", "hook_event_name": "PreToolUse", "tool_name": "Bash",
              "tool_input": {"command": "ls"}, "tool_use_id": f"{name}-{i}"}

@@ -144,3 +144,21 @@ def test_redis_backend_shares_streaks_with_hooks_and_health_says_when_it_is_down
         answer = server.post("/v1/check", {"tool": "t", "session": "s"})
         assert time.perf_counter() - began < 2.0  # the brake's timeout (0.2 s) bounds the answer
         assert answer.status_code == 200 and answer.json()["decided_by"] == "fallback"  # the default policy
+
+
+def test_concurrent_checks_of_one_session_are_counted_exactly(tmp_path: Path) -> None:
+    """200 concurrent checks of one call in one session (batched into shared transactions): counts 1..200, once each."""
+    import asyncio
+
+    async def burst(url: str) -> list[int]:
+        limits = httpx.Limits(max_connections=32)
+        async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+            answers = await asyncio.gather(*(
+                client.post("/v1/check", json={"tool": "t", "args": {"a": 1}, "session": "busy", "call_id": f"c{i}"})
+                for i in range(200)))
+        return sorted(answer.json()["count"] for answer in answers)
+
+    with start(tmp_path, "--max-repeats", "1000") as server:
+        assert asyncio.run(burst(server.url)) == list(range(1, 201))
+        rows = httpx.post(server.url + "/v1/check", json={"tool": "t", "args": {"a": 1}, "session": "busy"}).json()
+        assert rows["count"] == 201

@@ -15,10 +15,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Literal, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 __all__ = [
-    "HOSTS", "Answer", "Decision", "HookEvent", "HookInputError", "Host", "Phase", "host", "optional_text", "shown",
+    "HOSTS", "Answer", "Decision", "HookEvent", "HookInputError", "Phase", "host", "optional_text", "shown",
     "text_field",
 ]
 
@@ -60,18 +60,21 @@ class Answer(NamedTuple):
     code: int = 0
 
 
-class Host(Protocol):
-    """What each host module offers (module-level functions)."""
+if TYPE_CHECKING:  # a Protocol class costs start-up time: the hook never needs it at run time
+    from typing import Protocol
 
-    NAME: str
-    PRE: tuple[str, ...]  # the pre-tool events (the first: the one a denial of unreadable input names)
-    POST: tuple[str, ...]
+    class Host(Protocol):
+        """What each host module offers (module-level functions)."""
 
-    def parse(self, payload: Mapping[str, Any]) -> HookEvent | None: ...
+        NAME: str
+        PRE: tuple[str, ...]  # the pre-tool events (the first: the one a denial of unreadable input names)
+        POST: tuple[str, ...]
 
-    def answer(self, event: str, decision: Decision) -> Answer: ...
+        def parse(self, payload: Mapping[str, Any]) -> HookEvent | None: ...
 
-    def allow(self, event: str) -> Answer: ...
+        def answer(self, event: str, decision: Decision) -> Answer: ...
+
+        def allow(self, event: str) -> Answer: ...
 
 
 _MODULES = {"claude-code": "claude_code", "codex": "codex", "gemini": "gemini", "cursor": "cursor"}
@@ -80,7 +83,7 @@ _MODULES = {"claude-code": "claude_code", "codex": "codex", "gemini": "gemini", 
 def host(name: str) -> Host:
     """The module of host `name` (one of `HOSTS`); KeyError for another name."""
     module: ModuleType = importlib.import_module(f".{_MODULES[name]}", __name__)
-    return cast(Host, module)
+    return cast("Host", module)
 
 
 def shown(text: object, limit: int = 80) -> str:

@@ -13,9 +13,10 @@ answers nothing: an explicit "allow" would skip the user's permission prompts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from . import Answer, Decision, HookEvent, HookInputError, optional_text, text_field
 
@@ -68,4 +69,4 @@ def answer(event: str, decision: Decision) -> Answer:
         if decision.kind == "halt":
             reply["continue"] = False
             reply["stopReason"] = decision.message
-    return Answer(json.dumps(reply, ensure_ascii=False))
+    return Answer(orjson.dumps(reply).decode())

@@ -15,9 +15,10 @@ tool events cannot end the conversation: a halt is a denial. Configure one of
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from . import Answer, Decision, HookEvent, HookInputError, Phase, optional_text, text_field
 
@@ -47,8 +48,8 @@ def parse(payload: Mapping[str, Any]) -> HookEvent | None:
     args = payload["tool_input"]
     if event.endswith("MCPExecution") and isinstance(args, str):
         try:
-            args = json.loads(args)
-        except ValueError:
+            args = orjson.loads(args)
+        except orjson.JSONDecodeError:
             raise HookInputError("the event's 'tool_input' is not JSON text") from None
     result = payload.get("tool_output", payload.get("result_json")) if phase == "post" else None
     return HookEvent(phase, event, tool, args, session, run, call_id, result)
@@ -66,4 +67,4 @@ def answer(event: str, decision: Decision) -> Answer:
     }
     if event == "preToolUse":
         reply.update({"decision": "deny", "reason": decision.message})
-    return Answer(json.dumps(reply, ensure_ascii=False))
+    return Answer(orjson.dumps(reply).decode())

@@ -11,9 +11,10 @@ false` + `stopReason` end the agent loop; `systemMessage` is shown to the user
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from . import Answer, Decision, HookEvent
 from .claude_code import parse_tool_event
@@ -42,4 +43,4 @@ def answer(event: str, decision: Decision) -> Answer:
         reply = {"decision": "deny", "reason": decision.message}
         if decision.kind == "halt":
             reply.update({"continue": False, "stopReason": decision.message})
-    return Answer(json.dumps(reply, ensure_ascii=False))
+    return Answer(orjson.dumps(reply).decode())

@@ -17,15 +17,21 @@ or `DistributedBrake` (Redis), with settings resolved by `settings.py`.
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from . import Answer, Decision, HookEvent, HookInputError, Host, host, shown
+import orjson
 
-__all__ = ["MAX_EVENT_BYTES", "HookOptions", "decide", "handle", "open_brake", "read_payload", "run_hook", "self_test"]
+from . import Answer, Decision, HookEvent, HookInputError, host, shown
+
+if TYPE_CHECKING:
+    from . import Host
+
+__all__ = [
+    "MAX_EVENT_BYTES", "HookOptions", "decide", "handle", "open_brake", "read_payload", "refused", "run_hook",
+    "self_test", "warned",
+]
 
 MAX_EVENT_BYTES = 4 * 1024 * 1024  # a bigger event (a huge tool_input) is allowed unchecked, and said
 OnError = Literal["allow", "deny"]
@@ -78,9 +84,14 @@ def read_payload(data: bytes, limit: int = MAX_EVENT_BYTES) -> dict[str, Any]:
     if len(data) > limit:
         raise HookInputError(f"the event is larger than {limit // (1024 * 1024)} MiB")
     try:
-        payload = json.loads(data)
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, too deeply nested
-        raise HookInputError("the event is not JSON") from None
+        payload = orjson.loads(data)  # already loaded by `identity`; the json module is not (start-up time)
+    except orjson.JSONDecodeError:
+        import json
+
+        try:  # what orjson refuses and JSON allows (an integer beyond 64 bits)
+            payload = json.loads(data)
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, too deeply nested
+            raise HookInputError("the event is not JSON") from None
     if not isinstance(payload, dict):
         raise HookInputError(f"the event is a JSON {type(payload).__name__}, not an object")
     return payload
@@ -155,10 +166,19 @@ def decide(brake: Any, event: HookEvent, session: str) -> Decision | None:
         return None
     try:
         verdict = brake.check(event.tool, event.args, session_id=session, call_id=event.call_id)
-    except LoopBrakeError as error:
-        return Decision("halt" if error.kind == "halt" else "deny", str(error))
-    except BrakeUnavailableError as error:  # the failure policy is "closed"
-        return Decision("deny", str(error))
+    except (LoopBrakeError, BrakeUnavailableError) as error:
+        return refused(error)
+    return warned(verdict)
+
+
+def refused(error: Exception) -> Decision:
+    """The decision for a check that raised: a LoopBrakeError (a halt: kind "halt"), or BrakeUnavailableError
+    (the failure policy is "closed")."""
+    return Decision("halt" if getattr(error, "kind", None) == "halt" else "deny", str(error))
+
+
+def warned(verdict: Any) -> Decision | None:
+    """The decision for an allowed verdict: a warning when it carries one, else nothing to say."""
     return Decision("warn", verdict.warning) if verdict.warning else None
 
 
@@ -202,6 +222,8 @@ def self_test(name: str, options: HookOptions) -> tuple[bool, str]:
 
     A private session id, cleared afterwards. Returns (passed, one line).
     """
+    import uuid
+
     from .examples import pre_event
 
     limit = options.max_repeats
@@ -213,7 +235,7 @@ def self_test(name: str, options: HookOptions) -> tuple[bool, str]:
     try:
         for index in range(limit):
             payload = pre_event(name, session, f"self-test-{index}")
-            answers.append(run_hook(name, json.dumps(payload).encode(), options._replace(scope="session")))
+            answers.append(run_hook(name, orjson.dumps(payload), options._replace(scope="session")))
     finally:
         with_brake_clear(options, session)
     denied = agent.answer(agent.PRE[0], Decision("deny", "x"))
@@ -230,8 +252,8 @@ def _denies(name: str, answer: Answer) -> bool:
     if name == "gemini" and answer.code == 2:
         return True
     try:
-        reply = json.loads(answer.stdout)
-    except ValueError:
+        reply = orjson.loads(answer.stdout)
+    except orjson.JSONDecodeError:
         return False
     specific = reply.get("hookSpecificOutput") or {}
     return "deny" in (specific.get("permissionDecision"), reply.get("decision"), reply.get("permission"))

@@ -29,8 +29,10 @@ from starlette.routing import Route
 
 from ..core import PreparedCall, Verdict
 from ..errors import BrakeUnavailableError, DistbrakeError, LoopBrakeError
+from ..filebrake import FileBrake
 from ..hosts import HOSTS, HookInputError, host, shown
-from ..hosts.run import decide, not_handled, read_payload
+from ..hosts.run import decide, not_handled, read_payload, refused, warned
+from .steps import StepQueue
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -70,6 +72,8 @@ class _Server:
 
     def __init__(self, brake: Any, token: str | None, max_body: int, backend: str, registry: CollectorRegistry):
         self.brake, self.max_body, self.backend, self.registry = brake, max_body, backend, registry
+        # a streak file: checks batched by one thread (steps.py); any other brake: one thread-pool call per check
+        self.steps = StepQueue(brake.store, brake.cycles) if isinstance(brake, FileBrake) else None
         self.expected = f"Bearer {token}".encode() if token else None
         self.requests = Counter("distbrake_serve_requests", "Requests by endpoint and outcome.",
                                 ["endpoint", "outcome"], registry=registry)
@@ -77,6 +81,20 @@ class _Server:
             "distbrake_serve_request_seconds", "Time to answer, by endpoint.", ["endpoint"], registry=registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
         )
+
+    async def check_call(self, tool: str, args: Any, session: str, call_id: str | None) -> Verdict:
+        """The brake's check of one call, off the event loop; raises as `brake.check` does."""
+        brake = self.brake
+        if self.steps is None:
+            verdict: Verdict = await run_in_threadpool(brake.check, tool, args, session_id=session,
+                                                       call_id=call_id)
+            return verdict
+        call = brake.prepare(tool, args, session, call_id)
+        if isinstance(call, Verdict):  # an exempt tool
+            return call
+        count, replayed, cycle = await self.steps.step(call)
+        judged: Verdict = brake.judge(call, count, replayed, "in-process", cycle)
+        return judged
 
     def authorized(self, request: Request) -> bool:
         if self.expected is None:
@@ -130,9 +148,16 @@ class _Server:
             scope = request.query_params.get("scope", "session")
             session = event.run if scope == "run" and event.run else event.session
             try:
-                decision = await run_in_threadpool(decide, self.brake, event, session)
-            except DistbrakeError as error:
-                return JSONResponse(_error("BRAKE_ERROR", shown(error, 300)), 503), "unavailable"
+                if event.phase == "post":
+                    decision = await run_in_threadpool(decide, self.brake, event, session)
+                else:
+                    try:
+                        decision = warned(await self.check_call(event.tool, event.args, session, event.call_id))
+                    except (LoopBrakeError, BrakeUnavailableError) as error:
+                        decision = refused(error)
+            except Exception as error:  # the backend failed past its policy (a file it cannot write, ...)
+                what = str(error) if isinstance(error, DistbrakeError) else type(error).__name__
+                return JSONResponse(_error("BRAKE_ERROR", shown(what, 300)), 503), "unavailable"
             reply = agent.allow(event.event) if decision is None else agent.answer(event.event, decision)
             outcome = "allowed" if decision is None else OUTCOMES[decision.kind]
             return Response(reply.stdout or "{}", media_type="application/json"), outcome
@@ -142,7 +167,7 @@ class _Server:
     async def check(self, request: Request) -> tuple[Response, str]:
         tool, args, session, call_id = _call(await self.read(request))
         try:
-            verdict = await run_in_threadpool(self.brake.check, tool, args, session_id=session, call_id=call_id)
+            verdict = await self.check_call(tool, args, session, call_id)
         except LoopBrakeError as error:
             outcome = "halted" if error.kind == "halt" else "denied"
             return JSONResponse({"allowed": False, "error": _refusal(error)}), outcome
@@ -150,6 +175,8 @@ class _Server:
             return JSONResponse(_error("BRAKE_UNAVAILABLE", shown(error, 300)), 503), "unavailable"
         except DistbrakeError as error:  # arguments JSON cannot express, a missing session, ...
             raise BadRequest(400, shown(error, 300)) from None
+        except Exception as error:  # the backend failed past its policy (a file it cannot write, ...)
+            return JSONResponse(_error("BRAKE_ERROR", type(error).__name__), 503), "unavailable"
         return JSONResponse(_verdict(verdict)), "warned" if verdict.warning else "allowed"
 
     async def observe(self, request: Request) -> tuple[Response, str]:
