@@ -304,3 +304,11 @@ def test_a_halt_ends_the_turn_where_the_host_can() -> None:
                       "stopReason": decision.message}
     cursor = json.loads(host("cursor").answer("preToolUse", decision).stdout)
     assert cursor["permission"] == "deny"  # Cursor's tool events cannot end the conversation
+
+
+def test_key_prefixes_keep_apart_in_the_streak_file(tmp_path: Path) -> None:
+    env = hook_env(tmp_path)
+    for i in range(2):
+        assert out(run("claude-code", hook_events.claude_pre(call=f"a{i}"), env, "--key-prefix", "team-a")) == ""
+    assert out(run("claude-code", hook_events.claude_pre(call="b0"), env, "--key-prefix", "team-b")) == ""
+    assert "deny" in out(run("claude-code", hook_events.claude_pre(call="a2"), env, "--key-prefix", "team-a"))

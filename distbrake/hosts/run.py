@@ -125,13 +125,14 @@ def _light(event: HookEvent, session: str, options: HookOptions) -> Decision | N
     """The light path: the default rules in the user's streak file (see the module's doc)."""
     from ..identity import call_hash
     from ..model import ALLOWED, Rules, judge
-    from ..streakfile import DEFAULT_MAX_REPEATS, DEFAULT_TIMEOUT, StreakFile
+    from ..streakfile import DEFAULT_MAX_REPEATS, DEFAULT_PREFIX, DEFAULT_TIMEOUT, StreakFile
 
     if event.phase == "post":
         return None  # the default rules observe no results (progress-aware tools are per-tool rules)
     rules = Rules(options.max_repeats or DEFAULT_MAX_REPEATS)
     digest = call_hash(event.tool, event.args)
-    store = StreakFile(options.store, timeout=options.timeout or DEFAULT_TIMEOUT)
+    store = StreakFile(options.store, timeout=options.timeout or DEFAULT_TIMEOUT,
+                       prefix=options.key_prefix or DEFAULT_PREFIX)
     try:
         count, _, _ = store.step(session, digest, event.call_id, event.tool, rules)
     finally:
@@ -275,9 +276,9 @@ def open_limit(options: HookOptions) -> int:
 def with_brake_clear(options: HookOptions, session: str) -> None:
     """Forget `session` on the hook's backend."""
     if light(options, os.environ):
-        from ..streakfile import StreakFile
+        from ..streakfile import DEFAULT_PREFIX, StreakFile
 
-        store = StreakFile(options.store)
+        store = StreakFile(options.store, prefix=options.key_prefix or DEFAULT_PREFIX)
         try:
             store.clear(session)
         finally:
