@@ -104,3 +104,44 @@ def test_the_package_is_importable_and_the_extras_are_declared() -> None:
     assert any(r.startswith("opentelemetry-api") and "otel" in r.split("extra", 1)[-1] for r in declared)
     assert not any(r.startswith("opentelemetry-sdk") and "test" not in r.split("extra", 1)[-1] for r in declared)
     assert any(r.startswith("prometheus-client") and "prometheus" in r.split("extra", 1)[-1] for r in declared)
+
+
+SERVER_BLOCKED = """
+import importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("starlette", "uvicorn"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+def test_the_server_extra_is_imported_only_by_serve() -> None:
+    """`import distbrake`, the CLI's help and a hook never load Starlette or uvicorn; without them, `serve` says
+    which extra to install (exit 4)."""
+    run("""
+import io, sys, subprocess
+import distbrake
+from distbrake import LoopBrake
+LoopBrake().check("t", 1, session_id="s")
+from distbrake.cli import cli
+from distbrake.hosts.run import run_hook
+run_hook("claude-code", b"{}")
+assert not [m for m in sys.modules if m.split(".")[0] in ("starlette", "uvicorn")], "imported"
+""")
+    result = subprocess.run(
+        [sys.executable, "-c", SERVER_BLOCKED + "sys.argv = ['distbrake', 'serve']\nfrom distbrake.__main__ import main"
+         "\nmain()"], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 4, result.stderr
+    assert "pip install 'distbrake[server]'" in result.stderr
+
+
+def test_the_server_extra_is_declared_and_in_all() -> None:
+    import tomllib
+    from pathlib import Path
+
+    extras = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert {r.split(">")[0] for r in extras["server"]} >= {"starlette", "uvicorn", "prometheus-client"}
+    assert "server" in extras["all"][0]

@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo", "demo_command", "A small fleet with one stuck agent: watch the brake stop it."),
     "stats": ("fleet", "stats_command", "Denials and warnings per tool per minute, across the fleet."),
     "top": ("fleet", "top_command", "A live view: longest streaks, denials per tool, backend health."),
+    "hook": ("hook", "hook_command", "A coding agent's tool hook: claude-code, codex, gemini or cursor."),
+    "serve": ("serve", "serve_command", "HTTP: the hosts' hooks, a JSON check API, health and metrics."),
 }
 # The password of a URL that does not parse (the library's own error redacts it; this finds it to scrub).
 _PASSWORD_OF_BAD_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@")

@@ -353,8 +353,23 @@ class Doctor:
             console.print(Text("all good", style="green" if terminal else ""))
 
 
+def hook_check(doctor: Doctor, host: str) -> None:
+    """`--hook HOST`: the hook's self-test on the hook's own backend (the streak file, or DISTBRAKE_URL)."""
+    from ..hosts.run import HookOptions, self_test
+
+    options = HookOptions(doctor.app.url, doctor.app.timeout, doctor.app.key_prefix, doctor.app.max_repeats)
+    try:
+        passed, line = self_test(host, options)
+    except Exception as error:
+        passed, line = False, f"hook {host}: {type(error).__name__}: {error}"
+    doctor.add(f"hook {host}", "ok" if passed else "fail", line,
+               "" if passed else f"run: distbrake hook {host} --self-test (see the README's Coding agents section)")
+
+
 @command("doctor")
-def doctor_command(app: App, as_json: bool) -> None:
+@click.option("--hook", "hook_host", type=click.Choice(["claude-code", "codex", "gemini", "cursor"]), default=None,
+              help="Also check a coding agent's hook end to end (`distbrake hook HOST --self-test`).")
+def doctor_command(app: App, as_json: bool, hook_host: str | None = None) -> None:
     """Diagnose the backend: connection, version, mode, latency, script, permissions, config.
 
     Exit 4 when something is wrong (each problem comes with its fix).
@@ -362,6 +377,8 @@ def doctor_command(app: App, as_json: bool) -> None:
     """
     doctor = Doctor(app)
     doctor.run()
+    if hook_host is not None:
+        hook_check(doctor, hook_host)
     if as_json:
         emit_json(doctor.to_json())
     else:
