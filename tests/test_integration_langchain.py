@@ -149,9 +149,9 @@ def assert_refused(scripted: ScriptedModel, call_id: str = "call_3") -> ToolMess
 # -- create_agent: the whole loop -------------------------------------------------------
 
 
-def braked_agent(search: Search, brake: Any, **options: Any) -> tuple[Any, Any]:
-    """(the scripted model repeating search, a create_agent graph with the brake's middleware)."""
-    scripted = repeating()
+def braked_agent(search: Search, brake: Any, scripted: Any = None, **options: Any) -> tuple[Any, Any]:
+    """(the scripted model, by default repeating search; a create_agent graph with the brake's middleware)."""
+    scripted = repeating() if scripted is None else scripted
     return scripted, create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brake, **options)])
 
 
@@ -353,8 +353,7 @@ def parallel_turn() -> ScriptedModel:
 def test_parallel_identical_calls_invoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    scripted = parallel_turn()
-    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+    scripted, agent = braked_agent(search, brakes(kind), parallel_turn())
 
     result = agent.invoke(INPUT, config("t-parallel"))
 
@@ -370,8 +369,7 @@ def test_parallel_identical_calls_invoke(
 async def test_parallel_identical_calls_ainvoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    scripted = parallel_turn()
-    agent = create_agent(scripted, [search.tool], middleware=[LoopBrakeMiddleware(brakes(kind))])
+    scripted, agent = braked_agent(search, brakes(kind), parallel_turn())
 
     result = await agent.ainvoke(INPUT, config("t-aparallel"))
 
@@ -381,6 +379,13 @@ async def test_parallel_identical_calls_ainvoke(
 
 
 # -- plain LangGraph: ToolNode(wrap_tool_call=..., awrap_tool_call=...) ---------------------
+
+
+def wrapped_graph(search: Search, brake: Any) -> tuple[ScriptedModel, Any]:
+    """(the scripted model repeating search, the classic graph whose ToolNode has the brake's wrappers)."""
+    scripted = repeating()
+    wrap, awrap = tool_call_wrappers(brake)
+    return scripted, graph(scripted, ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
 
 
 def graph(scripted: ScriptedModel, node: ToolNode) -> Any:
@@ -400,9 +405,7 @@ def graph(scripted: ScriptedModel, node: ToolNode) -> Any:
 
 @pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_tool_node_wrappers_invoke(kind: str, brakes: Callable[..., Any], search: Search) -> None:
-    scripted = repeating()
-    wrap, awrap = tool_call_wrappers(brakes(kind))
-    app = graph(scripted, ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
+    scripted, app = wrapped_graph(search, brakes(kind))
 
     result = app.invoke(INPUT, config("tn-sync"))
 
@@ -415,9 +418,7 @@ def test_tool_node_wrappers_invoke(kind: str, brakes: Callable[..., Any], search
 async def test_tool_node_wrappers_ainvoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    scripted = repeating()
-    wrap, awrap = tool_call_wrappers(brakes(kind))
-    app = graph(scripted, ToolNode([search.tool], wrap_tool_call=wrap, awrap_tool_call=awrap))
+    scripted, app = wrapped_graph(search, brakes(kind))
 
     result = await app.ainvoke(INPUT, config("tn-async"))
 

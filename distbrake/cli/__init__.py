@@ -62,13 +62,12 @@ class _Commands(click.Group):
         entry = COMMANDS.get(cmd_name)
         if entry is None:
             return None
-        module, attribute, _ = entry
-        found: click.Command = getattr(importlib.import_module(f".{module}", __name__), attribute)
+        found: click.Command = getattr(importlib.import_module(f".{entry[0]}", __name__), f"{cmd_name}_command")
         return found
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
-            formatter.write_dl([(name, help_text) for name, (_, _, help_text) in COMMANDS.items()])
+            formatter.write_dl([(name, help_text) for name, (_, help_text) in COMMANDS.items()])
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},

@@ -18,21 +18,21 @@ if TYPE_CHECKING:  # imported when first used: `--help` and `--version` load no 
     from ..settings import BrakeSettings, FailurePolicy
     from ..urls import ParsedURL
 
-# Every command: its module, the function's name there, and its one-line help (what `--help`
-# lists without importing any command). A command's module is imported when it runs.
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "inspect": ("sessions", "inspect_command", "One session's streak (exit 1 when there is none)."),
-    "list": ("sessions", "list_command", "Sessions with streaks, longest first."),
-    "clear": ("sessions", "clear_command", "Forget streaks: SESSION... or --all --yes."),
-    "hash": ("calls", "hash_command", "The call hash of TOOL + ARGS_JSON, computed locally."),
-    "check": ("calls", "check_command", "Count one call as a worker would (exit 3 when denied)."),
-    "doctor": ("doctor", "doctor_command", "Diagnose connection, mode, script, permissions, config."),
-    "bench": ("bench", "bench_command", "Measure the brake on your backend: checks/s, latency, CPU, memory."),
-    "demo": ("demo", "demo_command", "A small fleet with one stuck agent: watch the brake stop it."),
-    "stats": ("fleet", "stats_command", "Denials and warnings per tool per minute, across the fleet."),
-    "top": ("fleet", "top_command", "A live view: longest streaks, denials per tool, backend health."),
-    "hook": ("hook", "hook_command", "A coding agent's tool hook: claude-code, codex, gemini or cursor."),
-    "serve": ("serve", "serve_command", "HTTP: the hosts' hooks, a JSON check API, health and metrics."),
+# Every command: its module (where its function is `<name>_command`) and its one-line help (what
+# `--help` lists without importing any command). A command's module is imported when it runs.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": ("sessions", "One session's streak (exit 1 when there is none)."),
+    "list": ("sessions", "Sessions with streaks, longest first."),
+    "clear": ("sessions", "Forget streaks: SESSION... or --all --yes."),
+    "hash": ("calls", "The call hash of TOOL + ARGS_JSON, computed locally."),
+    "check": ("calls", "Count one call as a worker would (exit 3 when denied)."),
+    "doctor": ("doctor", "Diagnose connection, mode, script, permissions, config."),
+    "bench": ("bench", "Measure the brake on your backend: checks/s, latency, CPU, memory."),
+    "demo": ("demo", "A small fleet with one stuck agent: watch the brake stop it."),
+    "stats": ("fleet", "Denials and warnings per tool per minute, across the fleet."),
+    "top": ("fleet", "A live view: longest streaks, denials per tool, backend health."),
+    "hook": ("hook", "A coding agent's tool hook: claude-code, codex, gemini or cursor."),
+    "serve": ("serve", "HTTP: the hosts' hooks, a JSON check API, health and metrics."),
 }
 # The password of a URL that does not parse (the library's own error redacts it; this finds it to scrub).
 _PASSWORD_OF_BAD_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@")
@@ -223,7 +223,7 @@ def command(name: str) -> Callable[[Callable[..., None]], click.Command]:
     """
 
     def decorate(function: Callable[..., None]) -> click.Command:
-        made = click.command(name, short_help=COMMANDS[name][2])(click.pass_obj(function))
+        made = click.command(name, short_help=COMMANDS[name][1])(click.pass_obj(function))
         made.params.extend(global_options(after_command=True))
         return made
 
