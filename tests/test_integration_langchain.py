@@ -514,15 +514,18 @@ def test_two_middlewares_in_one_agent_count_a_call_once(
     assert_refused(scripted)
 
 
+def two_layers(search: Search, brake: Any) -> tuple[ScriptedModel, Any]:
+    """(a parallel turn of three identical calls, a create_agent graph with two middleware layers of `brake`)."""
+    scripted = parallel_turn()
+    middleware = [LoopBrakeMiddleware(brake, name="outer"), LoopBrakeMiddleware(brake)]
+    return scripted, create_agent(scripted, [search.tool], middleware=middleware)
+
+
 @pytest.mark.parametrize("kind", SYNC_ADAPTER_BRAKES)
 def test_two_layers_of_one_brake_count_parallel_calls_once_invoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
-    brake, scripted = brakes(kind), parallel_turn()
-    agent = create_agent(
-        scripted, [search.tool],
-        middleware=[LoopBrakeMiddleware(brake, name="outer"), LoopBrakeMiddleware(brake)],
-    )
+    scripted, agent = two_layers(search, brakes(kind))
 
     agent.invoke(INPUT, config("t-layers"))
 
@@ -535,11 +538,7 @@ async def test_two_layers_of_one_brake_count_parallel_calls_once_ainvoke(
     kind: str, brakes: Callable[..., Any], search: Search
 ) -> None:
     """Interleaved parallel calls: only the outer layer checks, so none is counted twice."""
-    brake, scripted = brakes(kind), parallel_turn()
-    agent = create_agent(
-        scripted, [search.tool],
-        middleware=[LoopBrakeMiddleware(brake, name="outer"), LoopBrakeMiddleware(brake)],
-    )
+    scripted, agent = two_layers(search, brakes(kind))
 
     await agent.ainvoke(INPUT, config("t-alayers"))
 

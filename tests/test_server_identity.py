@@ -117,30 +117,30 @@ SENTINEL_PROCESS = REDIS_7_SINGLE.replace("redis_mode:standalone", "redis_mode:s
 CLUSTER_ON = "# Cluster\ncluster_enabled:1\n"
 CLUSTER_OFF = "# Cluster\ncluster_enabled:0\n"
 
+def known(product: str, version: str, mode: str, detail: str = "", redis_version: str | None = None) -> ServerIdentity:
+    """The identity a case expects; its Redis version is its own version unless it says otherwise."""
+    return ServerIdentity(product, version, mode, detail, version if redis_version is None else redis_version)
+
+
 CASES: list[tuple[str, str, str | None, ServerIdentity]] = [
-    ("redis 7.0 single", REDIS_7_SINGLE, CLUSTER_OFF,
-     ServerIdentity("Redis", "7.0.15", "single", "", "7.0.15")),
-    ("redis 7 cluster node", REDIS_7_CLUSTER_NODE, CLUSTER_ON,
-     ServerIdentity("Redis", "7.0.15", "cluster", "", "7.0.15")),
-    ("valkey 8 single", VALKEY_8_SINGLE, CLUSTER_OFF,
-     ServerIdentity("Valkey", "8.0.2", "single", "", "7.2.4")),
+    ("redis 7.0 single", REDIS_7_SINGLE, CLUSTER_OFF, known("Redis", "7.0.15", "single")),
+    ("redis 7 cluster node", REDIS_7_CLUSTER_NODE, CLUSTER_ON, known("Redis", "7.0.15", "cluster")),
+    ("valkey 8 single", VALKEY_8_SINGLE, CLUSTER_OFF, known("Valkey", "8.0.2", "single", redis_version="7.2.4")),
     ("valkey 8 cluster node", VALKEY_8_CLUSTER_NODE, CLUSTER_ON,
-     ServerIdentity("Valkey", "8.0.2", "cluster", "", "7.2.4")),
+     known("Valkey", "8.0.2", "cluster", redis_version="7.2.4")),
     ("valkey 8 cluster node, redis compatibility", VALKEY_8_COMPAT_CLUSTER_NODE, CLUSTER_ON,
-     ServerIdentity("Valkey", "8.0.2", "cluster", "", "7.2.4")),
+     known("Valkey", "8.0.2", "cluster", redis_version="7.2.4")),
     # No INFO cluster (a server without it): the mode field alone says cluster.
     ("valkey 8 cluster node, no INFO cluster", VALKEY_8_CLUSTER_NODE, None,
-     ServerIdentity("Valkey", "8.0.2", "cluster", "", "7.2.4")),
+     known("Valkey", "8.0.2", "cluster", redis_version="7.2.4")),
     ("unknown, redis_version only", UNKNOWN_COMPATIBLE, CLUSTER_OFF,
-     ServerIdentity("Redis-compatible", "7.2.0", "single", "redis_version 7.2.0", "7.2.0")),
+     known("Redis-compatible", "7.2.0", "single", "redis_version 7.2.0")),
     ("dragonfly-like", DRAGONFLY_LIKE, None,
-     ServerIdentity("Redis-compatible", "df-v1.25.2", "single",
-                    "dragonfly_version df-v1.25.2, redis_version 7.4.0", "7.4.0")),
+     known("Redis-compatible", "df-v1.25.2", "single", "dragonfly_version df-v1.25.2, redis_version 7.4.0",
+           redis_version="7.4.0")),
     ("keydb-like", KEYDB_LIKE, CLUSTER_ON,
-     ServerIdentity("Redis-compatible", "6.3.4", "cluster",
-                    "redis_version 6.3.4, executable keydb-server", "6.3.4")),
-    ("sentinel process", SENTINEL_PROCESS, None,
-     ServerIdentity("Redis", "7.0.15", "sentinel", "", "7.0.15")),
+     known("Redis-compatible", "6.3.4", "cluster", "redis_version 6.3.4, executable keydb-server")),
+    ("sentinel process", SENTINEL_PROCESS, None, known("Redis", "7.0.15", "sentinel")),
 ]
 
 
