@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo", "demo_command", "A small fleet with one stuck agent: watch the brake stop it."),
     "stats": ("fleet", "stats_command", "Denials and warnings per tool per minute, across the fleet."),
     "top": ("fleet", "top_command", "A live view: longest streaks, denials per tool, backend health."),
+    "proxy": ("proxy", "proxy_command", "An MCP server in front of another, the brake on every tool call."),
 }
 # The password of a URL that does not parse (the library's own error redacts it; this finds it to scrub).
 _PASSWORD_OF_BAD_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@")
