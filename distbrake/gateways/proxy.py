@@ -24,8 +24,6 @@ three layers added, so tools, resources, prompts, progress notifications and
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from typing import Any
 
 from ..errors import DistbrakeError, LoopBrakeError
@@ -48,12 +46,11 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from ..integrations import fastmcp as fastmcp_adapter
 from ..integrations import mcp as mcp_adapter
+from .calls import RAW_ARGUMENTS_KEY, halt_text, malformed_call, refusal_text
 from .sessions import GatewaySessions
 
-__all__ = ["RAW_ARGUMENTS_KEY", "GatewayMiddleware", "MalformedCalls", "build_proxy", "halt_text", "malformed_call"]
+__all__ = ["GatewayMiddleware", "MalformedCalls", "build_proxy"]
 
-# The one argument a malformed call is counted with: its raw argument text.
-RAW_ARGUMENTS_KEY = "distbrake.raw_arguments"
 _PRINCIPAL = mcp_adapter.PRINCIPAL_PREFIX
 
 CallToolContext = MiddlewareContext[mt.CallToolRequestParams]
@@ -79,36 +76,6 @@ def lowlevel_session(sessions: GatewaySessions, ctx: ServerRequestContext[Any, A
     """The session of a raw (not yet validated) `tools/call` under the gateway's rule."""
     principal, transport = _split(mcp_adapter.resolve_session(ctx, meta_key=None))
     return sessions.resolve(mcp_adapter.request_meta(ctx), principal, lambda: transport)
-
-
-def halt_text(error: LoopBrakeError) -> str:
-    """What a client reads when its session is halted (a `LoopBrakeError` of kind "halt")."""
-    text = str(error)
-    return text if "halted" in text else f"loop brake: this session is halted; {text}"
-
-
-def malformed_call(params: object) -> tuple[str, str] | None:
-    """`(tool name as sent, raw argument text)` of a `tools/call` the protocol would refuse, else None.
-
-    Malformed: params that are not an object, a name that is not a string, or
-    arguments that are present and not a JSON object (a string of invalid JSON,
-    a list, a number...). A string is its own text; anything else its JSON text.
-    """
-    if not isinstance(params, Mapping):
-        return "", _text(params)
-    name, arguments = params.get("name"), params.get("arguments")
-    if isinstance(name, str) and (arguments is None or isinstance(arguments, Mapping)):
-        return None
-    return (name if isinstance(name, str) else _text(name)), _text(arguments)
-
-
-def _text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 class GatewayMiddleware(Middleware):
@@ -148,7 +115,7 @@ class MalformedCalls:
         except DistbrakeError as failed:  # no session under require_session, fail-closed brake failure
             return _error_result(str(failed))
         if error is not None:
-            return _error_result(halt_text(error) if error.kind == "halt" else str(error))
+            return _error_result(refusal_text(error))
         return await call_next(ctx)
 
 
