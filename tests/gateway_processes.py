@@ -43,7 +43,7 @@ class Served:
         return "".join(self.stderr)
 
 
-def _read_until_serving(process: subprocess.Popen[bytes], lines: list[str]) -> str:
+def _read_until_serving(process: subprocess.Popen[bytes], lines: list[str], serving: re.Pattern[str]) -> str:
     assert process.stderr is not None
     deadline = time.monotonic() + START_SECONDS
     buffer = b""
@@ -62,7 +62,7 @@ def _read_until_serving(process: subprocess.Popen[bytes], lines: list[str]) -> s
             line, buffer = buffer.split(b"\n", 1)
             text = line.decode(errors="replace") + "\n"
             lines.append(text)
-            found = _SERVING.search(text)
+            found = serving.search(text)
             if found:
                 if buffer:
                     lines.append(buffer.decode(errors="replace"))
@@ -76,14 +76,16 @@ def _drain(process: subprocess.Popen[bytes], lines: list[str]) -> None:
 
 
 @contextmanager
-def served(argv: Sequence[str], env: dict[str, str]) -> Iterator[Served]:
-    """Run `argv` (which serves HTTP) until the block ends; its URL and its stderr lines."""
-    process = subprocess.Popen(list(argv), env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
+def served(argv: Sequence[str], env: dict[str, str], *, serving: re.Pattern[str] = _SERVING,
+           cwd: Path = ROOT) -> Iterator[Served]:
+    """Run `argv` (which serves HTTP) until the block ends; its URL (`serving`'s group 1 in a line of
+    its stderr) and its stderr lines."""
+    process = subprocess.Popen(list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     lines: list[str] = []
     drain: threading.Thread | None = None
     try:
-        url = _read_until_serving(process, lines)
+        url = _read_until_serving(process, lines, serving)
         drain = threading.Thread(target=_drain, args=(process, lines), daemon=True)
         drain.start()
         yield Served(url, process, lines)
