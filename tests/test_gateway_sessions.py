@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -76,3 +78,13 @@ def test_shared_session_warns_once_and_require_session_refuses(caplog: pytest.Lo
     with pytest.raises(MissingSessionError, match="requires a session"):
         GatewaySessions(require_session=True).resolve({})
     assert GatewaySessions(require_session=True).resolve(VSCODE) == "vs"
+
+
+def test_the_framework_free_gateway_modules_import_no_framework() -> None:
+    code = ("import asyncio, json, sys, distbrake, distbrake.gateways.sessions, distbrake.gateways.calls\n"
+            "from distbrake.gateways.docker import DockerInterceptor\n"
+            "body = json.dumps({'Params': {'name': 't', 'arguments': {}}, 'Extra': {'TokenInfo': {'UserID': 'u'}}})\n"
+            "asyncio.run(DockerInterceptor(distbrake.AsyncDistributedBrake.from_url('memory://')).before(body.encode()))\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'fastmcp', 'mcp', 'litellm', 'fastapi'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"

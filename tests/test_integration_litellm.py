@@ -30,7 +30,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from distbrake import AsyncDistributedBrake
 from distbrake.integrations.litellm import LoopBrakeGuardrail
-from tests.adapters import names_its_extra_when_missing
+from tests.adapters import import_leaves_the_framework_alone, names_its_extra_when_missing
 from tests.backends import ADAPTER_BRAKES, Brakes, session_names
 from tests.backends import AnyBrake as Brake
 from tests.gateway_processes import UPSTREAM, gateway_env, served
@@ -206,3 +206,7 @@ async def test_post_call_mode_checks_a_completions_tool_calls(make_brake: Callab
 def test_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
     blocked = ["litellm", "litellm.integrations.custom_guardrail"]
     names_its_extra_when_missing(monkeypatch, "litellm", blocked, "litellm")
+
+
+def test_importing_distbrake_leaves_litellm_alone() -> None:
+    import_leaves_the_framework_alone("litellm")

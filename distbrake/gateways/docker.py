@@ -36,8 +36,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import DistbrakeError, LoopBrakeError
 from ..wrap import Brake, acheck
@@ -49,7 +49,8 @@ __all__ = ["MAX_BODY_BYTES", "DockerInterceptor", "refusal_body"]
 logger = logging.getLogger("distbrake")
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
-_TRANSPORT_PREFIX = "mcp-session:"
+_TRANSPORT_PREFIX = "mcp-session:"  # as distbrake.integrations.mcp names them (that module needs the mcp extra)
+_PRINCIPAL_PREFIX = "principal:"
 
 
 def refusal_body(text: str) -> bytes:
@@ -70,13 +71,12 @@ def _get(mapping: Mapping[str, Any], key: str) -> Any:
 
 
 def _principal(extra: object) -> str | None:
-    from ..integrations.mcp import principal_session
-
+    """The gateway's authenticated user, as the MCP adapters name a principal with only a subject."""
     token = _get(extra, "TokenInfo") if isinstance(extra, Mapping) else None
     user = _get(token, "UserID") if isinstance(token, Mapping) else None
     if not isinstance(user, str) or not user or len(user) > 256:
         return None
-    return principal_session(SimpleNamespace(client_id=None, claims=None, subject=user))
+    return f"{_PRINCIPAL_PREFIX}::{quote(user, safe='')}"
 
 
 def _handshake_session(extra: object) -> str | None:
