@@ -26,7 +26,9 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.client.stdio import StdioServerParameters
 
+from distbrake import LoopBrakeError
 from tests.gateway_processes import PROXY, ROOT, UPSTREAM, gateway_env, served
+from tests.servers import free_port
 
 REFUSAL = 'loop brake: tool "{tool}" called 3 times in a row with identical arguments'
 TIMEOUT = 60.0
@@ -368,3 +370,45 @@ def test_proxy_usage_errors(redis_url: str) -> None:
     assert both.returncode == 2
     bad = run("--http", "nowhere", "--", sys.executable)
     assert bad.returncode == 2 and "HOST:PORT" in bad.stderr
+
+
+# -- the brake's own failures and a halted session --------------------------------------------
+
+
+def test_a_brake_failure_follows_the_failure_policy() -> None:
+    """Redis gone: the default policy lets the call through; `closed` refuses it with the brake's own text."""
+    nowhere = f"redis://:pw-secret-9@127.0.0.1:{free_port()}/0"
+
+    async def through(policy: str) -> tuple[bool, str]:
+        transport = stdio_proxy(nowhere, DISTBRAKE_ON_BACKEND_ERROR=policy, DISTBRAKE_TIMEOUT_SECONDS="0.2")
+        async with Client(transport, timeout=TIMEOUT) as client:
+            return await call(client, "search", {"q": "outage"}, session_id="o")
+
+    assert anyio.run(through, "local") == (False, "found outage (call 1)")
+    error, text = anyio.run(through, "closed")
+    assert error and "pw-secret-9" not in text and "outage" not in text and text, text
+
+
+class HaltingBrake:
+    """A brake whose session is halted (what issue 24's LoopBrakeHalt raises: a LoopBrakeError of kind "halt")."""
+
+    asynchronous = True
+
+    async def check(self, tool: str, args: Any, **_: Any) -> Any:
+        raise LoopBrakeError(tool, 1, 3, "0" * 12, "s", kind="halt")
+
+
+async def test_a_halted_session_gets_an_error_result_saying_so() -> None:
+    from fastmcp import FastMCP
+
+    from distbrake.gateways.proxy import build_proxy
+
+    upstream: FastMCP[Any] = FastMCP("up")
+
+    @upstream.tool
+    def search(q: str) -> str:
+        return q
+
+    async with Client(build_proxy(upstream, HaltingBrake()), timeout=TIMEOUT) as client:
+        error, text = await call(client, "search", {"q": "x"}, session_id="s")
+    assert error and "halted" in text

@@ -125,13 +125,13 @@ def _error_result(text: str) -> dict[str, Any]:
 
 
 def build_proxy(
-    upstream: ClientTransport | str,
+    upstream: ClientTransport | FastMCP[Any] | str,
     brake: Brake,
     *,
     sessions: GatewaySessions | None = None,
     name: str = "distbrake-proxy",
 ) -> FastMCP[Any]:
-    """A FastMCP server mirroring `upstream` (a transport or a Streamable HTTP URL) behind `brake`.
+    """A FastMCP server mirroring `upstream` (a transport, a Streamable HTTP URL, or a FastMCP server) behind `brake`.
 
     `sessions` is the session rule (default: `GatewaySessions()`); its scope
     is the middleware's.
