@@ -29,6 +29,15 @@ and failure streaks therefore need `distbrake proxy`, not this interceptor.
 A body that is not such a request is let through (empty answer) and logged
 without its content, unless the brake fails closed (`on_backend_error=
 "closed"`), which refuses it. A brake failure follows the brake's failure policy.
+
+Mounting it on an HTTP server (`distbrake serve`, or any ASGI app): one
+`DockerInterceptor(brake, GatewaySessions(require_session=...))` per server,
+on the server's async brake; `POST /docker/before` answers
+`await interceptor.before(body)` and `POST /docker/after` answers
+`await interceptor.after(body)`, both HTTP 200 with those bytes as the body
+(`Content-Type: application/json` when not empty). Never answer an error
+status with a body: the gateway would try to read it as a `CallToolResult`
+and fail the call.
 """
 
 from __future__ import annotations
