@@ -162,3 +162,19 @@ def test_concurrent_checks_of_one_session_are_counted_exactly(tmp_path: Path) ->
         assert asyncio.run(burst(server.url)) == list(range(1, 201))
         rows = httpx.post(server.url + "/v1/check", json={"tool": "t", "args": {"a": 1}, "session": "busy"}).json()
         assert rows["count"] == 201
+
+
+def test_the_docker_mcp_gateway_interceptor_is_mounted(server: Server) -> None:
+    # docker/mcp-gateway's `before:http:<url>` posts its CallToolRequest and reads a non-empty answer as the
+    # CallToolResult that replaces the call; an empty 200 lets the call through (tests/test_gateway_docker.py
+    # pins the shapes). The answer is always 200: the gateway reads any body as a result.
+    from tests.test_gateway_docker import as_go_result, go_request
+
+    request = go_request(arguments={"q": "weather"}, meta={"sessionId": "docker-1"})
+    answers = [server.post("/docker/before", request) for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert [a.content for a in answers[:2]] == [b"", b""]
+    refused = as_go_result(answers[2].content)
+    assert refused["isError"] is True and "called 3 times in a row" in refused["content"][0]["text"]
+    after = server.post("/docker/after", b'{"content":[],"isError":false}')
+    assert (after.status_code, after.content) == (200, b"")

@@ -2,7 +2,7 @@
 
     distbrake [--url URL] [--timeout S] [--key-prefix P] [--max-repeats N] [--json] COMMAND ...
 
-Commands: inspect, list, clear, hash, check, doctor, bench, demo, stats, top, hook, serve. The global
+Commands: inspect, list, clear, hash, check, doctor, bench, demo, stats, top, hook, serve, proxy. The global
 options may also follow the command name (`distbrake list --url ... --json`);
 given on both sides, the one after the command wins.
 

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "top": ("fleet", "A live view: longest streaks, denials per tool, backend health."),
     "hook": ("hook", "A coding agent's tool hook: claude-code, codex, gemini or cursor."),
     "serve": ("serve", "HTTP: the hosts' hooks, a JSON check API, health and metrics."),
+    "proxy": ("proxy", "An MCP server in front of another, the brake on every tool call."),
 }
 # The password of a URL that does not parse (the library's own error redacts it; this finds it to scrub).
 _PASSWORD_OF_BAD_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^@/?#]*?:([^@/?#]*)@")

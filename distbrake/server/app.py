@@ -37,7 +37,7 @@ from .steps import StepQueue
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
 DEFAULT_MAX_BODY = 1024 * 1024
-ENDPOINTS = ("check", "observe", *(f"hooks/{name}" for name in HOSTS))
+ENDPOINTS = ("check", "observe", *(f"hooks/{name}" for name in HOSTS), "docker/before", "docker/after")
 HEALTH_PROBE = "distbrake-serve-healthz"  # a session id no one uses: /healthz reads it
 
 
@@ -58,6 +58,8 @@ def create_app(
         Route("/v1/observe", server.endpoint("observe", server.observe), methods=["POST"]),
         *(Route(f"/v1/hooks/{name}", server.endpoint(f"hooks/{name}", server.hook_endpoint(name)), methods=["POST"])
           for name in HOSTS),
+        *(Route(f"/docker/{step}", server.endpoint(f"docker/{step}", server.docker_endpoint(step)), methods=["POST"])
+          for step in ("before", "after")),
         Route("/healthz", server.healthz, methods=["GET"]),
         Route("/metrics", server.metrics, methods=["GET"]),
     ]
@@ -133,6 +135,30 @@ class _Server:
             return read_payload(b"".join(chunks), limit)
         except HookInputError as error:
             raise BadRequest(400, str(error).replace("the event", "the body")) from None
+
+    def docker_endpoint(self, step: str) -> Body:
+        """Docker MCP Gateway's `before:http:` / `after:http:` interceptor (`gateways/docker.py`): always a 200,
+        empty to let the call through, else the `CallToolResult` that replaces it (the gateway reads any body
+        as a result, so an oversized body is cut and answered by the interceptor's own bad-input rule)."""
+        from ..gateways.docker import DockerInterceptor
+        from ..gateways.sessions import GatewaySessions
+
+        sessions = GatewaySessions(require_session=self.brake.settings.require_session)
+        interceptor = DockerInterceptor(self.brake, sessions)
+        answer = interceptor.before if step == "before" else interceptor.after
+
+        async def run(request: Request) -> tuple[Response, str]:
+            chunks, size = [], 0
+            async for chunk in request.stream():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > self.max_body:
+                    break
+            body = await answer(b"".join(chunks))
+            media = "application/json" if body else None
+            return Response(body, 200, media_type=media), "refused" if body else "allowed"
+
+        return run
 
     def hook_endpoint(self, name: str) -> Body:
         agent = host(name)
