@@ -18,6 +18,7 @@ import pytest
 
 import distbrake
 from distbrake import AsyncDistributedBrake, LoopBrake, LoopBrakeError, Verdict
+from tests.backends import ALL_BRAKES, Brakes, Checker, face, inspect_count, where
 from tests.fault_proxy import FaultProxy
 from tests.servers import RedisServer
 
@@ -195,3 +196,45 @@ async def test_a_queued_check_keeps_one_coroutine_and_few_objects_alive(redis_ur
     # the host's task, its coroutine, their contexts, its weak reference and wake-up (6), and ours:
     # the check's coroutine, future and its iterator, the prepared call, the queue's entry (5)
     assert per_check <= 12, per_check
+
+
+# -- call ids inside a run (issue 23, item 1) ----------------------------------------------------------------------
+
+DISTRIBUTED = where(ALL_BRAKES, lambda kind: face(kind) != "loop")
+
+
+async def _answers(
+    checker: Checker, calls: list[str | None], session: str, *, together: bool,
+) -> list[tuple[int, bool]]:
+    """(count, replayed) of each check of `calls` (call ids, None: no call id), made at once or one by one."""
+    async def one(call_id: str | None) -> tuple[int, bool]:
+        verdict = await checker.check("search", {"q": 1}, session_id=session, call_id=call_id)
+        assert verdict.decided_by in ("redis", "in-process"), verdict.decided_by
+        return verdict.count, verdict.replayed
+
+    if together:
+        return list(await asyncio.gather(*(one(call_id) for call_id in calls)))
+    return [await one(call_id) for call_id in calls]
+
+
+@pytest.mark.parametrize("kind", DISTRIBUTED)
+@pytest.mark.parametrize(("first", "burst"), [
+    ([], ["X", "X", "X", "X"]),  # one call, seen four times at once: counted once
+    (["X"], ["X", "X", "X"]),  # the first alone, its three retries at once
+    (["X"], ["Y", "X"]),  # a new call racing a retry of the last one
+    (["W", "X"], [None, "X", "W", "Z", "Z"]),  # retries of the last two among new calls
+])
+async def test_checks_of_one_run_with_repeated_call_ids_count_as_one_by_one(
+    kind: str, first: list[str], burst: list[str | None], brakes: Brakes,
+) -> None:
+    """Concurrent identical checks go as one run; a call id seen again in it (or the last ones of the record)
+    is a replay, exactly as the checks made one by one (and LoopBrake) count them: never a raw error."""
+    reference = Checker(LoopBrake(max_repeats=10))
+    expected = await _answers(reference, first + burst, "s", together=False)
+    checker = Checker(brakes(kind, max_repeats=10))
+    got = await _answers(checker, first, "s", together=False)
+    # three checks at once first (the first goes alone, two queue together): then the whole burst queues
+    await asyncio.gather(*(checker.check("warm", {}, session_id=f"w{i}") for i in range(3)))
+    got += await _answers(checker, burst, "s", together=True)
+    assert got == expected
+    assert await inspect_count(checker.brake, "s") == max(abs(count) for count, _ in expected)
