@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .core import BrakeCore, PreparedCall, Verdict
+from .core import BrakeCore, PreparedCall, Verdict, printable
 from .errors import BrakeUnavailableError, LoopBrakeError
 from .inprocess import LoopBrake
 from .redis_errors import classify
@@ -187,12 +187,12 @@ class FailureHandler:
             if record_key is not None:
                 raise BrakeUnavailableError(
                     f"loop brake: the key {record_key} of session {call.session_id[:128]!r} holds a value "
-                    f'that is not a streak record ({cause}: WRONGTYPE); tool "{call.tool_name[:64]}" was not '
+                    f'that is not a streak record ({cause}: WRONGTYPE); tool "{_shown(call.tool_name)}" was not '
                     'run (on_backend_error="closed"). Delete the key, e.g. distbrake clear SESSION'
                 ) from error
             raise BrakeUnavailableError(
                 f"loop brake backend {self._backend} is unavailable ({cause}); "
-                f'tool "{call.tool_name}" was not run (on_backend_error="closed")'
+                f'tool "{_shown(call.tool_name)}" was not run (on_backend_error="closed")'
             ) from error
         if self.policy == "open":
             return Verdict(
@@ -205,3 +205,8 @@ class FailureHandler:
         except LoopBrakeError as denial:
             mark_decided_by(denial, "fallback")
             raise
+
+
+def _shown(tool: str) -> str:
+    """A tool name as an error message shows it (as `LoopBrakeError`): its first 64 characters, escaped."""
+    return printable(tool[:64]) + ("\u2026" if len(tool) > 64 else "")

@@ -45,3 +45,26 @@ async def test_async_cluster_burst_does_not_exhaust_connections(cluster_url: str
     assert sorted(v.count for v in verdicts) == list(range(1, 501))
     assert {v.decided_by for v in verdicts} == {"redis"}
     await brake.aclose()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_brake_unavailable_cuts_and_escapes_the_tool_name(face: str, scheme: str) -> None:
+    """A 100 KB tool name with ESC and BEL: the message shows its first 64 characters, escaped (as LoopBrakeError)."""
+    url = f"{scheme}://127.0.0.1:{free_port()}"
+    tool = "\x1b[31m\x07evil" + "x" * 100_000
+    cls = DistributedBrake if face == "sync" else AsyncDistributedBrake
+    brake = cls.from_url(url, on_backend_error="closed", timeout_seconds=0.2)
+    try:
+        with pytest.raises(BrakeUnavailableError) as raised:
+            checked = brake.check(tool, 1, session_id="s")
+            if asyncio.iscoroutine(checked):
+                await checked
+    finally:
+        closed = brake.close() if isinstance(brake, DistributedBrake) else brake.aclose()
+        if asyncio.iscoroutine(closed):
+            await closed
+    message = str(raised.value)
+    assert len(message) < 400, len(message)
+    assert "\x1b" not in message and "\x07" not in message
+    assert "\\x1b[31m\\x07evil" + "x" * (64 - len("\x1b[31m\x07evil")) + "\u2026" in message
