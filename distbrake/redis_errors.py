@@ -63,9 +63,16 @@ class Classified:
     cause: Cause
     error_type: str
 
+    #: An `auth` error that asked for a password when none was sent (NOAUTH, "HELLO must be called with the
+    #: client already authenticated"), rather than refusing the one given (WRONGPASS).
+    missing_password: bool = False
+
     @property
     def problem(self) -> str | None:
-        """"wrong password" or "ACL refusal" for a configuration error, else None."""
+        """"wrong password", "password required, none given" or "ACL refusal" for a configuration error,
+        else None."""
+        if self.missing_password:
+            return "password required, none given"
         return _PROBLEMS.get(self.cause)
 
     @property
@@ -112,7 +119,14 @@ _MEANINGS: dict[Cause, Meaning] = {
 def classify(error: BaseException) -> Classified:
     """What `error` (raised while talking to Redis) means to the brake."""
     cause = _cause(error)
-    return Classified(_MEANINGS.get(cause, "outage"), cause, type(error).__name__)
+    missing = cause == "auth" and _asks_for_password(error)
+    return Classified(_MEANINGS.get(cause, "outage"), cause, type(error).__name__, missing)
+
+
+def _asks_for_password(error: BaseException) -> bool:
+    """Whether an authentication error says a password is required (none was sent), not that it is wrong."""
+    text = " ".join(str(error).split()).lower()
+    return text.startswith("noauth") or "authentication required" in text or "already authenticated" in text
 
 
 def is_refusal(error: BaseException) -> bool:

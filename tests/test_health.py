@@ -84,6 +84,20 @@ async def test_a_wrong_password_is_named_a_configuration_error(
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_missing_password_is_not_called_a_wrong_one(flavour: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A URL without a password to a server that requires one: the log says a password is needed (issue 23, 13c)."""
+    with RedisServer(password=PASSWORD, name="auth") as server:
+        brake = build(flavour, server.url)
+        assert (await brake.check("t", 1)).decided_by == "fallback"
+        missing = "AuthenticationError (configuration: password required, none given)"
+        assert brake.brake.health().last_error == missing
+        [line] = errors(caplog)
+        assert f"Redis refused the brake ({missing}): a configuration error, not an outage" in line
+        assert "wrong password" not in caplog.text and PASSWORD not in caplog.text
+        await brake.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_an_acl_refusal_is_named_a_configuration_error(
     flavour: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -120,6 +134,12 @@ async def test_an_acl_refusal_inside_the_script_is_named_a_configuration_error(
 @pytest.mark.parametrize(("error", "meaning", "name"), [
     (redis.exceptions.AuthenticationError("invalid username-password pair"), "configuration",
      "AuthenticationError (configuration: wrong password)"),
+    (redis.exceptions.AuthenticationError("WRONGPASS invalid username-password pair or user is disabled."),
+     "configuration", "AuthenticationError (configuration: wrong password)"),
+    (redis.exceptions.AuthenticationError("Authentication required."), "configuration",
+     "AuthenticationError (configuration: password required, none given)"),
+    (redis.exceptions.AuthenticationError("HELLO must be called with the client already authenticated"),
+     "configuration", "AuthenticationError (configuration: password required, none given)"),
     (redis.exceptions.NoPermissionError("this user has no permissions to run the 'hset' command"),
      "configuration", "NoPermissionError (configuration: ACL refusal)"),
     (redis.exceptions.ResponseError("The user executing the script can't run this command or subcommand"),
