@@ -171,12 +171,18 @@ class FailureHandler:
             self.health_watch.recovered()
 
     def decide(
-        self, call: PreparedCall, error: BaseException | None, *, record_key: str | None = None
+        self, call: PreparedCall, error: BaseException | None, *, record_key: str | None = None,
+        own_delay: bool = False,
     ) -> Verdict:
         """The verdict without Redis: allow, raise `BrakeUnavailableError`, or brake locally.
 
         `record_key` names the session's key when Redis refused that key alone
         (it holds a foreign value): the same policy, for this check only.
+        `own_delay`: the check ran out of time in the brake's own machinery (its
+        queue, a late event loop, a full pool), not on Redis: the same policy,
+        but while Redis is up `local` judges it as a fresh call and keeps no
+        streak of it (a fallback streak is only kept during an outage, and
+        forgotten when it ends).
         """
         cause = type(error).__name__ if error is not None else "known to be down"
         if error is not None:
@@ -199,7 +205,10 @@ class FailureHandler:
                 0, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
                 decided_by="fail-open",
             )
-        count, replayed, cycle = self.local.record(call)
+        if own_delay and not self.breaker.down:
+            count, replayed, cycle = 1, False, None  # Redis is up: leave nothing behind in the fallback
+        else:
+            count, replayed, cycle = self.local.record(call)
         try:
             return self._brake.judge(call, count, replayed, "fallback", cycle)
         except LoopBrakeError as denial:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import itertools
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,3 +240,45 @@ async def test_checks_of_one_run_with_repeated_call_ids_count_as_one_by_one(
     got += await _answers(checker, burst, "s", together=True)
     assert got == expected
     assert await inspect_count(checker.brake, "s") == max(abs(count) for count, _ in expected)
+
+
+# -- the brake's own delays (issue 23, items 2, 3, 12) ------------------------------------------------------------
+
+ASYNC_STORES = where(ALL_BRAKES, lambda kind: face(kind) == "async")
+
+
+_warm = itertools.count()
+
+
+def hold_the_loop(seconds: float) -> None:
+    """The event loop busy with other work (a host's CPU-bound step) for `seconds`: the fault injected."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+async def queue_together(brake: Any) -> None:
+    """Three checks at once (the first goes alone, two queue together): the next checks queue, none goes alone."""
+    await asyncio.gather(*(brake.check("warm", {"n": next(_warm)}, session_id=f"warm{i}") for i in range(3)))
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+async def test_a_check_late_in_the_brakes_own_queue_leaves_no_fallback_state(kind: str, brakes: Brakes) -> None:
+    """A, B, A, B... with each A queued while the loop is busy past the timeout: the A's are decided by the
+    policy as fresh calls (never counted toward a later fallback streak) and still counted by Redis (the tool ran);
+    Redis is not marked down, health stays ok."""
+    brake = brakes(kind, timeout_seconds=0.2, on_backend_error="local")
+    verdicts = []
+    for _ in range(4):
+        await queue_together(brake)
+        late = asyncio.ensure_future(brake.check("search", {"q": "A"}, session_id="s"))
+        await asyncio.sleep(0)  # the check starts and queues
+        hold_the_loop(0.3)
+        verdicts.append(await late)
+        verdicts.append(await brake.check("search", {"q": "B"}, session_id="s"))
+    a_verdicts = verdicts[::2]
+    assert [(v.decided_by, v.count) for v in a_verdicts] == [("fallback", 1)] * 4
+    # Redis counted the late A's all the same (the tool ran): B is 1 each time, never "3 in a row"
+    assert [(v.decided_by, v.count) for v in verdicts[1::2]] == [("redis", 1)] * 4
+    assert not brake.failures.breaker.down and brake.health().ok
+    assert brake.failures.local.inspect("s") is None  # nothing left in the fallback

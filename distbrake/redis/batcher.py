@@ -94,9 +94,13 @@ class Batcher:
 
     def __init__(
         self, client: Any, timeout: float, script: Script | None = None, *, own: bool = False,
+        count_late: bool = False,
     ) -> None:
         self._client = client
         self._timeout = timeout
+        # A check whose time ran out while it queued is decided by the policy; with `count_late` (a policy
+        # under which the tool runs all the same) it is still sent, so that Redis's streaks stay true.
+        self._count_late = count_late
         self._script = script = script or brake_script()  # the brake's (its telemetry is told of each load)
         # A plain redis.asyncio client (single node, or a Sentinel-managed master)
         # gets its batches, packed once, written straight to one pooled
@@ -222,16 +226,20 @@ class Batcher:
         last call id, which is the last of its session; so a key never has two
         runs in one batch, and a session's checks are never reordered (once
         one waits, every later check of that session waits too). A check whose
-        deadline passed while it queued is not sent (`QueueTimeout`).
+        deadline passed while it queued fails with `QueueTimeout` (the policy decides it); it is
+        still sent, with a new deadline, when the tool runs all the same (`count_late`).
         """
         runs: dict[str, Queued | list[Queued]] = {}  # a run of one is its check (the common case)
         waiting: set[str] = set(self._on_wire)
         later: list[Queued] = []
         for item in self._queue:
-            key, argv, deadline, future, _ = item
-            if deadline <= now:
+            key, argv, deadline, future, packed = item
+            if deadline <= now:  # its caller gets the policy's verdict now
                 _fail(future, QueueTimeout())
-                continue
+                if not self._count_late:
+                    continue
+                # the tool may run all the same (policy open or local): Redis still counts the call
+                item = _queued((key, argv, now + self._timeout, future, packed))  # noqa: PLW2901
             if key not in waiting:
                 run = runs.get(key)
                 if run is None:
