@@ -282,3 +282,19 @@ async def test_a_check_late_in_the_brakes_own_queue_leaves_no_fallback_state(kin
     assert [(v.decided_by, v.count) for v in verdicts[1::2]] == [("redis", 1)] * 4
     assert not brake.failures.breaker.down and brake.health().ok
     assert brake.failures.local.inspect("s") is None  # nothing left in the fallback
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+async def test_a_check_cancelled_before_it_was_sent_is_not_counted(kind: str, brakes: Brakes) -> None:
+    """The host cancels a check while it waits in the brake's queue: never written, never counted (the tool never
+    ran); the session's next identical call counts 1."""
+    brake = brakes(kind, max_repeats=2)
+    await queue_together(brake)
+    cancelled = asyncio.ensure_future(brake.check("search", {"q": 1}, session_id="s"))
+    await asyncio.sleep(0)  # the check starts and queues; the batch is not sent yet
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    await queue_together(brake)  # the sender has run
+    assert await brake.inspect("s") is None
+    assert (await brake.check("search", {"q": 1}, session_id="s")).count == 1

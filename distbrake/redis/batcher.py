@@ -227,13 +227,17 @@ class Batcher:
         runs in one batch, and a session's checks are never reordered (once
         one waits, every later check of that session waits too). A check whose
         deadline passed while it queued fails with `QueueTimeout` (the policy decides it); it is
-        still sent, with a new deadline, when the tool runs all the same (`count_late`).
+        still sent, with a new deadline, when the tool runs all the same (`count_late`). A check the
+        host cancelled while it queued is dropped: never written, never counted (one already on the
+        wire is counted once, as a check whose reply is lost).
         """
         runs: dict[str, Queued | list[Queued]] = {}  # a run of one is its check (the common case)
         waiting: set[str] = set(self._on_wire)
         later: list[Queued] = []
         for item in self._queue:
             key, argv, deadline, future, packed = item
+            if future.cancelled():  # type: ignore[union-attr]  # queued: one future; cancelled: never written, never counted
+                continue
             if deadline <= now:  # its caller gets the policy's verdict now
                 _fail(future, QueueTimeout())
                 if not self._count_late:
