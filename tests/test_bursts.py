@@ -298,3 +298,36 @@ async def test_a_check_cancelled_before_it_was_sent_is_not_counted(kind: str, br
     await queue_together(brake)  # the sender has run
     assert await brake.inspect("s") is None
     assert (await brake.check("search", {"q": 1}, session_id="s")).count == 1
+
+
+def senders() -> list[asyncio.Task[Any]]:
+    """The brake's sender tasks running now (what a host's watchdog or shutdown hook may cancel as strays)."""
+    return [task for task in asyncio.all_tasks() if task.get_coro().__qualname__.startswith("Batcher.")]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+@pytest.mark.parametrize("when", ["before it starts", "with a batch on the wire"])
+async def test_queued_checks_are_decided_when_a_host_cancels_the_brakes_senders(
+    kind: str, when: str, brakes: Brakes,
+) -> None:
+    """A host cancels the brake's sender tasks, not the checks: no queued check waits past its timeout (they are
+    sent by a new sender, or decided by the policy), none raises CancelledError, and Redis is not marked down."""
+    timeout = 0.5
+    brake = brakes(kind, timeout_seconds=timeout, max_repeats=10**6)
+    await queue_together(brake)
+    tasks = [asyncio.ensure_future(brake.check("search", {"i": i}, session_id=f"s{i % 50}")) for i in range(3000)]
+    await asyncio.sleep(0)  # every check starts and queues; the sender is not started yet
+    if when == "with a batch on the wire":
+        while not brake._batcher._on_wire:
+            await asyncio.sleep(0)
+    assert senders()
+    for task in senders():
+        task.cancel()
+    done, pending = await asyncio.wait(tasks, timeout=timeout * 4)
+    for task in pending:
+        task.cancel()
+    assert not pending, f"{len(pending)} checks still waiting"
+    assert all(not task.cancelled() and task.exception() is None for task in done)
+    assert {task.result().decided_by for task in done} <= {"redis", "fallback"}
+    assert not brake.failures.breaker.down
+    assert (await brake.check("after", {}, session_id="after")).decided_by == "redis"

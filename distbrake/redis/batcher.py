@@ -141,11 +141,26 @@ class Batcher:
         # A lane starts when none is at work (else one that is takes this check when it is done),
         # and another once the queue is long enough to share.
         if not self._busy or (len(queue) >= SPLIT and self._busy < len(self._lanes)):
-            lane = next(lane for lane in self._lanes if lane.state == IDLE)
-            lane.state = STARTING
-            self._busy += 1
-            lane.sender = asyncio.create_task(self._send_all(lane))
+            self._start(next(lane for lane in self._lanes if lane.state == IDLE))
         return future
+
+    def _start(self, lane: Lane) -> None:
+        lane.state = STARTING
+        self._busy += 1
+        lane.sender = sender = asyncio.create_task(self._send_all(lane))
+        sender.add_done_callback(functools.partial(self._ended, lane))
+
+    def _ended(self, lane: Lane, sender: asyncio.Task[None]) -> None:
+        """A sender ended. Cancelled by the host (a shutdown hook, a watchdog), perhaps before it even started:
+        its lane is made idle, and the checks still queued, whose tasks were not cancelled, get a new sender
+        (nothing may wait past its timeout for a sender that will never come)."""
+        if lane.sender is sender:
+            lane.sender = None
+            if lane.state != IDLE:  # cancelled before its first step: `_send_all` never ran
+                lane.state = IDLE
+                self._busy -= 1
+        if not self._busy and any(not item.futures.done() for item in self._queue):  # type: ignore[union-attr]
+            self._start(self._lanes[0])
 
     async def _alone(self, key: str, argv: tuple[Any, ...], packed: bytes, deadline: float) -> Any:
         """Send one check from the caller's task, a batch of its own (no sender task, no extra loop turn).
@@ -168,8 +183,9 @@ class Batcher:
         try:
             await self._send_lane(lane)
         finally:
-            lane.state = IDLE
-            self._busy -= 1
+            if lane.state != IDLE:
+                lane.state = IDLE
+                self._busy -= 1
 
     async def _send_lane(self, lane: Lane) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
@@ -197,6 +213,8 @@ class Batcher:
                 failure: BaseException = error
                 if isinstance(error, TimeoutError) and loop.time() - sent_at < self._timeout / 2:
                     failure = QueueTimeout()  # the batch never had a fair share of the timeout
+                elif isinstance(error, asyncio.CancelledError):
+                    failure = QueueTimeout()  # the host cancelled the sender, not these checks: the policy decides
                 for run in batch:
                     _fail(run.futures, failure)
                 if isinstance(error, asyncio.CancelledError):
@@ -320,7 +338,16 @@ class Batcher:
                 await pool.release(connection)
 
     async def aclose(self) -> None:
-        """Close the direct path's own connections, if it has any (the next batch opens another)."""
+        """Close the direct path's own connections, if it has any (the next batch opens another).
+
+        Batches still being sent (checks whose callers already have the policy's
+        verdict, still counted) are waited for first, each bounded by its deadline.
+        """
+        loop = asyncio.get_running_loop()
+        senders = [lane.sender for lane in self._lanes
+                   if lane.sender is not None and not lane.sender.done() and lane.sender.get_loop() is loop]
+        if senders:
+            await asyncio.wait(senders, timeout=self._timeout * 2)
         connections = []
         for lane in self._lanes:
             connections.append(lane.connection)
