@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
 from .core import BrakeCore, PreparedCall, Verdict, printable
@@ -40,6 +41,9 @@ logger = logging.getLogger("distbrake")
 MAX_PAUSE_FACTOR = 30
 FOREIGN_KEYS_LOGGED = 1024  # keys remembered as already logged (then the memory starts over)
 
+
+#: How the RuntimeWarning of a brake's first check decided by the failure policy begins (filter on it).
+WARNING_START = "distbrake: a check fell to the failure policy:"
 
 NO_TRY = -1  # the ticket of a check that must not ask Redis (known down, no probe due)
 
@@ -144,6 +148,7 @@ class FailureHandler:
         self.breaker = Breaker(brake.settings.retry_after_seconds)
         self._lock = threading.Lock()
         self._foreign_keys: set[str] = set()
+        self._warned = False  # the RuntimeWarning of the first check decided by the policy (once per brake)
 
     def failed(self, error: BaseException, ticket: int) -> None:
         """Record a backend failure (once per outage in the log and callbacks, without arguments)."""
@@ -162,6 +167,22 @@ class FailureHandler:
             "distbrake: the key %s of session %r holds a value that is not a streak record (WRONGTYPE); "
             "policy %r decides its checks until the key is deleted",
             key, call.session_id[:128], self.policy,
+        )
+
+    def _warn(self, cause: str) -> None:
+        """Say, once per brake, that checks fall to the policy, where the log's ERROR reaches no one (logging
+        not configured: the library's `NullHandler` would swallow it)."""
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        if _errors_are_shown():
+            return
+        warnings.warn(
+            f"{WARNING_START} on_backend_error={self.policy!r} decides checks that Redis ({self._backend}) "
+            f"does not ({cause}); the 'distbrake' logger says when Redis fails and recovers "
+            "(this warning is given once per brake)",
+            RuntimeWarning, stacklevel=2,
         )
 
     def succeeded(self, ticket: int) -> None:
@@ -185,6 +206,8 @@ class FailureHandler:
         forgotten when it ends).
         """
         cause = type(error).__name__ if error is not None else "known to be down"
+        if not self._warned:
+            self._warn(cause)
         if error is not None:
             self.recorder.backend_error(classify(error).error_type)
         if record_key is not None:
@@ -214,6 +237,23 @@ class FailureHandler:
         except LoopBrakeError as denial:
             mark_decided_by(denial, "fallback")
             raise
+
+
+def _errors_are_shown() -> bool:
+    """Whether an ERROR of the `distbrake` logger reaches a handler that is not a `NullHandler`."""
+    if not logger.isEnabledFor(logging.ERROR):
+        return False
+    current: logging.Logger | None = logger
+    found = False
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if not isinstance(handler, logging.NullHandler) and handler.level <= logging.ERROR:
+                return True
+        if not current.propagate:
+            break
+        current = current.parent
+    return not found and logging.lastResort is not None  # no handler at all: logging's last resort prints it
 
 
 def _shown(tool: str) -> str:

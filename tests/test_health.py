@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import warnings
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
 from distbrake.redis_errors import classify
 from tests.backends import Checker
 from tests.faults import RECOVERY_DEADLINE, until_redis
-from tests.servers import RedisServer
+from tests.servers import RedisServer, free_port
 
 PASSWORD = "pw-" + secrets.token_hex(8)
 WRONG = "wrong-" + secrets.token_hex(8)
@@ -154,3 +155,28 @@ async def test_an_acl_refusal_inside_the_script_is_named_a_configuration_error(
 def test_one_classifier_names_what_a_redis_error_means(error: BaseException, meaning: str, name: str) -> None:
     classified = classify(error)
     assert (classified.meaning, classified.name, classified.error_type) == (meaning, name, type(error).__name__)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_the_first_check_decided_by_the_policy_warns_once_per_brake(
+    flavour: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without any logging configured (the library's NullHandler only), a wrong URL still shows: a RuntimeWarning,
+    once per brake (issue 23, 13b); where logging shows the ERROR, no warning repeats it."""
+    url = f"redis://127.0.0.1:{free_port()}"
+    configured = build(flavour, url)  # pytest's log capture is a handler: the ERROR is shown, nothing to warn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert (await configured.check("t", 1, session_id="s")).decided_by == "fallback"
+    await configured.close()
+    monkeypatch.setattr(logging.getLogger("distbrake"), "propagate", False)  # as an application without logging
+    for _ in range(2):  # each brake warns once
+        brake = build(flavour, url)
+        with pytest.warns(RuntimeWarning) as warned:
+            verdicts = [await brake.check("t", n, session_id="s") for n in range(3)]
+        assert [verdict.decided_by for verdict in verdicts] == ["fallback"] * 3
+        [warning] = [w for w in warned if issubclass(w.category, RuntimeWarning)]
+        text = str(warning.message)
+        assert text.startswith("distbrake: a check fell to the failure policy: on_backend_error='local'")
+        assert url in text and "ConnectionError" in text
+        await brake.close()
