@@ -28,7 +28,9 @@ from typing import Literal
 
 import redis.exceptions
 
-__all__ = ["REDIS_FAILURES", "Classified", "Meaning", "classify", "is_refusal", "is_unknown_command"]
+__all__ = [
+    "REDIS_FAILURES", "Classified", "Meaning", "classify", "is_pool_wait", "is_refusal", "is_unknown_command",
+]
 
 #: What counts as "Redis failed": connection, timeout, cluster, read-only replica, ACL refusal, script
 #: errors... every error the driver raises, and the OS and asyncio timeouts under it.
@@ -140,3 +142,9 @@ def is_unknown_command(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.ResponseError) and (
         "unknown command" in text or "unknown subcommand" in text or "not found" in text
     )
+
+
+def is_pool_wait(error: BaseException) -> bool:
+    """True when the check waited its time out for a connection of a limited pool (`?max_connections=N`): the
+    brake's own delay (every connection busy with its other checks), not Redis failing."""
+    return isinstance(error, redis.exceptions.ConnectionError) and str(error) == "No connection available."
