@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from typing import Any
 
 import pytest
+import redis.cluster
 
 from distbrake import AsyncDistributedBrake, BrakeUnavailableError, DistributedBrake, LoopBrakeError
-from tests.servers import free_port
+from tests.fault_proxy import FaultProxy
+from tests.servers import RedisServer, free_port
 
 
 @pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
@@ -68,3 +73,26 @@ async def test_brake_unavailable_cuts_and_escapes_the_tool_name(face: str, schem
     assert len(message) < 400, len(message)
     assert "\x1b" not in message and "\x07" not in message
     assert "\\x1b[31m\\x07evil" + "x" * (64 - len("\x1b[31m\x07evil")) + "\u2026" in message
+
+
+def test_a_sync_cluster_client_is_built_once_per_check(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three startup nodes that never answer (a paused cluster): the first sync check builds the cluster client
+    once, not twice (each build reads the startup nodes one after another), and the next goes to the policy."""
+    builds: list[float] = []
+    initialize = redis.cluster.NodesManager.initialize
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        builds.append(time.monotonic())
+        return initialize(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.cluster.NodesManager, "initialize", counted)
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(FaultProxy(server.address)) for _ in range(3)]
+        for proxy in proxies:
+            proxy.black_hole()
+        url = "redis+cluster://" + ",".join(f"{host}:{port}" for host, port in (p.address for p in proxies))
+        brake = DistributedBrake.from_url(url, timeout_seconds=0.5)
+        assert brake.check("t", 1, session_id="s").decided_by == "fallback"
+        assert len(builds) == 1
+        assert brake.check("t", 2, session_id="s").decided_by == "fallback"
+        brake.close()
