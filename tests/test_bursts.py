@@ -331,3 +331,26 @@ async def test_queued_checks_are_decided_when_a_host_cancels_the_brakes_senders(
     assert {task.result().decided_by for task in done} <= {"redis", "fallback"}
     assert not brake.failures.breaker.down
     assert (await brake.check("after", {}, session_id="after")).decided_by == "redis"
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+@pytest.mark.parametrize("how", ["alone", "in a batch"])
+async def test_a_reply_unread_while_the_loop_is_busy_is_not_an_outage(
+    kind: str, how: str, brakes: Brakes, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A check on the wire while the host keeps the event loop busy past its timeout: Redis answered in time, the
+    loop ran the deadline late; the policy decides that check, Redis is not marked down (issue 23, item 3)."""
+    brake = brakes(kind, timeout_seconds=0.2, on_backend_error="local")
+    await brake.check("warm", {}, session_id="w")  # connected
+    if how == "in a batch":
+        await queue_together(brake)
+    checks = [asyncio.ensure_future(brake.check("search", {"i": i}, session_id=f"s{i}")) for i in range(3)]
+    while not brake._batcher._on_wire and brake._batcher._inline is None:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # written
+    hold_the_loop(0.3)
+    verdicts = await asyncio.gather(*checks)
+    assert {verdict.decided_by for verdict in verdicts} <= {"redis", "fallback"}
+    assert not brake.failures.breaker.down and brake.health().ok
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
+    assert (await brake.check("after", {}, session_id="after")).decided_by == "redis"

@@ -36,6 +36,7 @@ LANES = 2  # batches on the wire at once on the direct path with connections of 
 SPLIT = 16  # a queue this long is shared by two lanes: Python prepares one batch while Redis runs the other
 IDLE, STARTING, SENDING = 0, 1, 2  # a lane's state
 _MODE_AT = MODE - 1  # ARGV[MODE] in a Python tuple
+LATE = 0.02  # seconds: at least this late past its deadline, a timeout is the event loop's, not Redis's
 
 class Queued(NamedTuple):
     """A queued check, or a run of identical checks of one session: what goes on the wire as one EVALSHA.
@@ -101,6 +102,8 @@ class Batcher:
         # A check whose time ran out while it queued is decided by the policy; with `count_late` (a policy
         # under which the tool runs all the same) it is still sent, so that Redis's streaks stay true.
         self._count_late = count_late
+        # How late past a deadline the loop may wake before a timeout is taken for the loop's lateness.
+        self._late = max(LATE, timeout / 10)
         self._script = script = script or brake_script()  # the brake's (its telemetry is told of each load)
         # A plain redis.asyncio client (single node, or a Sentinel-managed master)
         # gets its batches, packed once, written straight to one pooled
@@ -168,10 +171,16 @@ class Batcher:
         Checks that come meanwhile queue; their sender waits for this one, so
         one batch is on the wire at a time, and a session's checks keep their order.
         """
-        self._inline = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._inline = loop.create_future()
+        batch = [_queued((key, argv, deadline, [], packed))]
         try:
             with self._deadline.bound(deadline):
-                reply = (await self._send([_queued((key, argv, deadline, [], packed))], self._lanes[0]))[0]
+                reply = (await self._send(batch, self._lanes[0]))[0]
+        except TimeoutError:
+            if loop.time() - deadline > self._late:  # the loop ran the deadline late: not Redis's timeout
+                raise QueueTimeout from None
+            raise
         finally:
             self._inline.set_result(None)
             self._inline = None
@@ -211,8 +220,8 @@ class Batcher:
                     replies = await self._send(batch, lane)
             except BaseException as error:
                 failure: BaseException = error
-                if isinstance(error, TimeoutError) and loop.time() - sent_at < self._timeout / 2:
-                    failure = QueueTimeout()  # the batch never had a fair share of the timeout
+                if isinstance(error, TimeoutError) and self._own_delay(loop.time(), sent_at, batch):
+                    failure = QueueTimeout()  # the batch never had a fair share of the timeout, or the loop was late
                 elif isinstance(error, asyncio.CancelledError):
                     failure = QueueTimeout()  # the host cancelled the sender, not these checks: the policy decides
                 for run in batch:
@@ -234,6 +243,12 @@ class Batcher:
                     for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
                         if not future.done():
                             future.set_result(one)
+
+    def _own_delay(self, now: float, sent_at: float, batch: list[Queued]) -> bool:
+        """Whether a batch that timed out lost its time to the brake's own machinery, not to Redis: it was on
+        the wire for less than half a timeout, or the event loop ran its deadline late (busy with other work,
+        such as thousands of checks' first steps: a reply that arrived in time may be waiting unread)."""
+        return now - sent_at < self._timeout / 2 or now - min(run.deadline for run in batch) > self._late
 
     def _next_batch(self, now: float, limit: int = MAX_BATCH) -> list[Queued]:
         """Up to `limit` runs, at most one per key, none of a key on the wire; the other checks wait.
