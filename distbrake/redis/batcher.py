@@ -362,7 +362,16 @@ class Batcher:
         senders = [lane.sender for lane in self._lanes
                    if lane.sender is not None and not lane.sender.done() and lane.sender.get_loop() is loop]
         if senders:
-            await asyncio.wait(senders, timeout=self._timeout * 2)
+            # Checks still queued get the policy's verdict now, and what was only kept to be counted is dropped;
+            # the batches on the wire end (each bounded by its deadline), or are cancelled.
+            for item in self._queue:
+                _fail(item.futures, QueueTimeout())
+            self._queue = []
+            _, pending = await asyncio.wait(senders, timeout=self._timeout * 2)
+            for sender in pending:
+                sender.cancel()
+            if pending:
+                await asyncio.wait(pending)
         connections = []
         for lane in self._lanes:
             connections.append(lane.connection)
