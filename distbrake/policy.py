@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
-from .core import BrakeCore, PreparedCall, Verdict
+from .core import BrakeCore, PreparedCall, Verdict, printable
 from .errors import BrakeUnavailableError, LoopBrakeError
 from .inprocess import LoopBrake
 from .redis_errors import classify
@@ -40,6 +41,9 @@ logger = logging.getLogger("distbrake")
 MAX_PAUSE_FACTOR = 30
 FOREIGN_KEYS_LOGGED = 1024  # keys remembered as already logged (then the memory starts over)
 
+
+#: How the RuntimeWarning of a brake's first check decided by the failure policy begins (filter on it).
+WARNING_START = "distbrake: a check fell to the failure policy:"
 
 NO_TRY = -1  # the ticket of a check that must not ask Redis (known down, no probe due)
 
@@ -144,6 +148,7 @@ class FailureHandler:
         self.breaker = Breaker(brake.settings.retry_after_seconds)
         self._lock = threading.Lock()
         self._foreign_keys: set[str] = set()
+        self._warned = False  # the RuntimeWarning of the first check decided by the policy (once per brake)
 
     def failed(self, error: BaseException, ticket: int) -> None:
         """Record a backend failure (once per outage in the log and callbacks, without arguments)."""
@@ -164,6 +169,22 @@ class FailureHandler:
             key, call.session_id[:128], self.policy,
         )
 
+    def _warn(self, cause: str) -> None:
+        """Say, once per brake, that checks fall to the policy, where the log's ERROR reaches no one (logging
+        not configured: the library's `NullHandler` would swallow it)."""
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        if _errors_are_shown():
+            return
+        warnings.warn(
+            f"{WARNING_START} on_backend_error={self.policy!r} decides checks that Redis ({self._backend}) "
+            f"does not ({cause}); the 'distbrake' logger says when Redis fails and recovers "
+            "(this warning is given once per brake)",
+            RuntimeWarning, stacklevel=2,
+        )
+
     def succeeded(self, ticket: int) -> None:
         """Redis answered: when that ends an outage, the fallback's streaks are forgotten."""
         if self.breaker.succeeded(ticket):
@@ -171,14 +192,22 @@ class FailureHandler:
             self.health_watch.recovered()
 
     def decide(
-        self, call: PreparedCall, error: BaseException | None, *, record_key: str | None = None
+        self, call: PreparedCall, error: BaseException | None, *, record_key: str | None = None,
+        own_delay: bool = False,
     ) -> Verdict:
         """The verdict without Redis: allow, raise `BrakeUnavailableError`, or brake locally.
 
         `record_key` names the session's key when Redis refused that key alone
         (it holds a foreign value): the same policy, for this check only.
+        `own_delay`: the check ran out of time in the brake's own machinery (its
+        queue, a late event loop, a full pool), not on Redis: the same policy,
+        but while Redis is up `local` judges it as a fresh call and keeps no
+        streak of it (a fallback streak is only kept during an outage, and
+        forgotten when it ends).
         """
         cause = type(error).__name__ if error is not None else "known to be down"
+        if not self._warned:
+            self._warn(cause)
         if error is not None:
             self.recorder.backend_error(classify(error).error_type)
         if record_key is not None:
@@ -187,21 +216,46 @@ class FailureHandler:
             if record_key is not None:
                 raise BrakeUnavailableError(
                     f"loop brake: the key {record_key} of session {call.session_id[:128]!r} holds a value "
-                    f'that is not a streak record ({cause}: WRONGTYPE); tool "{call.tool_name[:64]}" was not '
+                    f'that is not a streak record ({cause}: WRONGTYPE); tool "{_shown(call.tool_name)}" was not '
                     'run (on_backend_error="closed"). Delete the key, e.g. distbrake clear SESSION'
                 ) from error
             raise BrakeUnavailableError(
                 f"loop brake backend {self._backend} is unavailable ({cause}); "
-                f'tool "{call.tool_name}" was not run (on_backend_error="closed")'
+                f'tool "{_shown(call.tool_name)}" was not run (on_backend_error="closed")'
             ) from error
         if self.policy == "open":
             return Verdict(
                 0, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
                 decided_by="fail-open",
             )
-        count, replayed, cycle = self.local.record(call)
+        if own_delay and not self.breaker.down:
+            count, replayed, cycle = 1, False, None  # Redis is up: leave nothing behind in the fallback
+        else:
+            count, replayed, cycle = self.local.record(call)
         try:
             return self._brake.judge(call, count, replayed, "fallback", cycle)
         except LoopBrakeError as denial:
             mark_decided_by(denial, "fallback")
             raise
+
+
+def _errors_are_shown() -> bool:
+    """Whether an ERROR of the `distbrake` logger reaches a handler that is not a `NullHandler`."""
+    if not logger.isEnabledFor(logging.ERROR):
+        return False
+    current: logging.Logger | None = logger
+    found = False
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if not isinstance(handler, logging.NullHandler) and handler.level <= logging.ERROR:
+                return True
+        if not current.propagate:
+            break
+        current = current.parent
+    return not found and logging.lastResort is not None  # no handler at all: logging's last resort prints it
+
+
+def _shown(tool: str) -> str:
+    """A tool name as an error message shows it (as `LoopBrakeError`): its first 64 characters, escaped."""
+    return printable(tool[:64]) + ("\u2026" if len(tool) > 64 else "")

@@ -28,7 +28,9 @@ from typing import Literal
 
 import redis.exceptions
 
-__all__ = ["REDIS_FAILURES", "Classified", "Meaning", "classify", "is_refusal", "is_unknown_command"]
+__all__ = [
+    "REDIS_FAILURES", "Classified", "Meaning", "classify", "is_pool_wait", "is_refusal", "is_unknown_command",
+]
 
 #: What counts as "Redis failed": connection, timeout, cluster, read-only replica, ACL refusal, script
 #: errors... every error the driver raises, and the OS and asyncio timeouts under it.
@@ -63,9 +65,16 @@ class Classified:
     cause: Cause
     error_type: str
 
+    #: An `auth` error that asked for a password when none was sent (NOAUTH, "HELLO must be called with the
+    #: client already authenticated"), rather than refusing the one given (WRONGPASS).
+    missing_password: bool = False
+
     @property
     def problem(self) -> str | None:
-        """"wrong password" or "ACL refusal" for a configuration error, else None."""
+        """"wrong password", "password required, none given" or "ACL refusal" for a configuration error,
+        else None."""
+        if self.missing_password:
+            return "password required, none given"
         return _PROBLEMS.get(self.cause)
 
     @property
@@ -112,7 +121,14 @@ _MEANINGS: dict[Cause, Meaning] = {
 def classify(error: BaseException) -> Classified:
     """What `error` (raised while talking to Redis) means to the brake."""
     cause = _cause(error)
-    return Classified(_MEANINGS.get(cause, "outage"), cause, type(error).__name__)
+    missing = cause == "auth" and _asks_for_password(error)
+    return Classified(_MEANINGS.get(cause, "outage"), cause, type(error).__name__, missing)
+
+
+def _asks_for_password(error: BaseException) -> bool:
+    """Whether an authentication error says a password is required (none was sent), not that it is wrong."""
+    text = " ".join(str(error).split()).lower()
+    return text.startswith("noauth") or "authentication required" in text or "already authenticated" in text
 
 
 def is_refusal(error: BaseException) -> bool:
@@ -126,3 +142,9 @@ def is_unknown_command(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.ResponseError) and (
         "unknown command" in text or "unknown subcommand" in text or "not found" in text
     )
+
+
+def is_pool_wait(error: BaseException) -> bool:
+    """True when the check waited its time out for a connection of a limited pool (`?max_connections=N`): the
+    brake's own delay (every connection busy with its other checks), not Redis failing."""
+    return isinstance(error, redis.exceptions.ConnectionError) and str(error) == "No connection available."

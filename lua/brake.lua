@@ -67,7 +67,10 @@ session in one round trip: the calls count n + 1 ... n + k, in order. A run is
 resent whole after a lost reply, and its last call id is then the record's last
 one: the whole run is a replay and gets the counts it got the first time. (A run
 counted, then followed by another call before the resend arrives, is no longer
-recognised: the record keeps the last two call ids only, to stay small.)
+recognised: the record keeps the last two call ids only, to stay small.) A run whose call ids
+repeat, among its own calls or the record's last two (a host's retry racing its first attempt, a
+new call racing a retry), and is not such a resend, is counted call by call as the calls would be
+one at a time: the reply is then an array of one integer per call, in order.
 
 Cycles (MODE_CYCLES; never sent as a run): every counted call also enters
 the ring of c. A call whose ring ends in ARGV[REPEATS] repetitions of one sequence
@@ -172,7 +175,9 @@ if record and find(record, hash, 1, true) == 1 then
   if stored then
     local last_id = sub(record, H_HASH_END + 1, H_LAST_END)
     local count = nil
-    if last == last_id then
+    -- a run is resent whole when its last two call ids are the record's last two
+    if last == last_id and (k == 1 or sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
+        == sub(record, H_LAST_END + 1, H_PREVIOUS_END)) then
       count = stored
     elseif k == 1 and stored > 1 and find(record, last, H_LAST_END + 1, true) == H_LAST_END + 1 then
       count = stored - 1
@@ -200,6 +205,63 @@ if record and find(record, hash, 1, true) == 1 then
     end
     n = stored
     before = last_id
+  end
+end
+if k > 1 then
+  -- A run whose call ids repeat (among its calls, or the record's last two) is counted call by call, each
+  -- as it would be alone: a replay keeps the count it got; the reply is then an array, a code per call.
+  local seen, previous, mixed = {}, n > 0 and sub(record, H_LAST_END + 1, H_PREVIOUS_END), false
+  for at = CALL_TTL_END + 1, size, ID_BYTES do
+    local id = sub(call, at, at + ID_BYTES - 1)
+    if seen[id] or id == before or id == previous then
+      mixed = true
+      break
+    end
+    seen[id] = true
+  end
+  if mixed and not cycles then
+    local c, newest, older, fresh, counted, replies = n, before, previous or NO_ID, nil, false, {}
+    for at = CALL_TTL_END + 1, size, ID_BYTES do
+      local id = sub(call, at, at + ID_BYTES - 1)
+      local again = nil
+      if c > 0 and (id == newest or (c > 1 and id == older)) then
+        if fresh == nil then
+          local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
+          local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
+          fresh = ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW])
+        end
+        if fresh then
+          again = id == newest and c or c - 1
+        end
+      end
+      local code
+      if again then
+        code = again * REPLY_COUNT + REPLY_REPLAYED
+        if again >= limit then
+          code = code + REPLY_DENIED
+        end
+      else
+        c, older, newest, counted, fresh = c + 1, newest, id, true, true
+        code = c * REPLY_COUNT
+        if c >= limit then
+          code = code + REPLY_DENIED
+        end
+      end
+      replies[#replies + 1] = code
+    end
+    if counted then
+      local fields = hash .. newest .. older .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. c
+      if n == 0 and record and byte(ARGV[JUDGED], -1) == 112 then
+        rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT],
+          FIELD_RESULT, '')
+      elseif n == 0 then
+        rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
+      else
+        rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
+      end
+    end
+    rcall('PEXPIRE', key, ARGV[TTL])
+    return replies
   end
 end
 local count = n + k

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from typing import Any
 
 import pytest
+import redis.cluster
 
 from distbrake import AsyncDistributedBrake, BrakeUnavailableError, DistributedBrake, LoopBrakeError
-from tests.servers import free_port
+from tests.fault_proxy import FaultProxy
+from tests.servers import RedisServer, free_port
 
 
 @pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
@@ -45,3 +50,52 @@ async def test_async_cluster_burst_does_not_exhaust_connections(cluster_url: str
     assert sorted(v.count for v in verdicts) == list(range(1, 501))
     assert {v.decided_by for v in verdicts} == {"redis"}
     await brake.aclose()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_brake_unavailable_cuts_and_escapes_the_tool_name(face: str, scheme: str) -> None:
+    """A 100 KB tool name with ESC and BEL: the message shows its first 64 characters, escaped (as LoopBrakeError)."""
+    url = f"{scheme}://127.0.0.1:{free_port()}"
+    tool = "\x1b[31m\x07evil" + "x" * 100_000
+    cls = DistributedBrake if face == "sync" else AsyncDistributedBrake
+    brake = cls.from_url(url, on_backend_error="closed", timeout_seconds=0.2)
+    try:
+        with pytest.raises(BrakeUnavailableError) as raised:
+            checked = brake.check(tool, 1, session_id="s")
+            if asyncio.iscoroutine(checked):
+                await checked
+    finally:
+        closed = brake.close() if isinstance(brake, DistributedBrake) else brake.aclose()
+        if asyncio.iscoroutine(closed):
+            await closed
+    message = str(raised.value)
+    assert len(message) < 400, len(message)
+    assert "\x1b" not in message and "\x07" not in message
+    assert "\\x1b[31m\\x07evil" + "x" * (64 - len("\x1b[31m\x07evil")) + "\u2026" in message
+
+
+def test_a_sync_cluster_client_is_built_once_per_check(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three startup nodes that never answer (a paused cluster): the first sync check builds the cluster client
+    once, not twice (each build reads the startup nodes one after another), and the next goes to the policy."""
+    builds: list[float] = []
+    initialize = redis.cluster.NodesManager.initialize
+    ours: set[str] = set()
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if ours & set(self.startup_nodes):  # this test's brake (not a client another test left running)
+            builds.append(time.monotonic())
+        return initialize(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.cluster.NodesManager, "initialize", counted)
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(FaultProxy(server.address)) for _ in range(3)]
+        for proxy in proxies:
+            proxy.black_hole()
+        ours.update(f"{host}:{port}" for host, port in (proxy.address for proxy in proxies))
+        url = "redis+cluster://" + ",".join(sorted(ours))
+        brake = DistributedBrake.from_url(url, timeout_seconds=0.5)
+        assert brake.check("t", 1, session_id="s").decided_by == "fallback"
+        assert len(builds) == 1
+        assert brake.check("t", 2, session_id="s").decided_by == "fallback"
+        brake.close()

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import itertools
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import distbrake
 from distbrake import AsyncDistributedBrake, LoopBrake, LoopBrakeError, Verdict
+from tests.backends import ALL_BRAKES, Brakes, Checker, face, inspect_count, where
 from tests.fault_proxy import FaultProxy
 from tests.servers import RedisServer
 
@@ -195,3 +198,159 @@ async def test_a_queued_check_keeps_one_coroutine_and_few_objects_alive(redis_ur
     # the host's task, its coroutine, their contexts, its weak reference and wake-up (6), and ours:
     # the check's coroutine, future and its iterator, the prepared call, the queue's entry (5)
     assert per_check <= 12, per_check
+
+
+# -- call ids inside a run (issue 23, item 1) ----------------------------------------------------------------------
+
+DISTRIBUTED = where(ALL_BRAKES, lambda kind: face(kind) != "loop")
+
+
+async def _answers(
+    checker: Checker, calls: list[str | None], session: str, *, together: bool,
+) -> list[tuple[int, bool]]:
+    """(count, replayed) of each check of `calls` (call ids, None: no call id), made at once or one by one."""
+    async def one(call_id: str | None) -> tuple[int, bool]:
+        verdict = await checker.check("search", {"q": 1}, session_id=session, call_id=call_id)
+        assert verdict.decided_by in ("redis", "in-process"), verdict.decided_by
+        return verdict.count, verdict.replayed
+
+    if together:
+        return list(await asyncio.gather(*(one(call_id) for call_id in calls)))
+    return [await one(call_id) for call_id in calls]
+
+
+@pytest.mark.parametrize("kind", DISTRIBUTED)
+@pytest.mark.parametrize(("first", "burst"), [
+    ([], ["X", "X", "X", "X"]),  # one call, seen four times at once: counted once
+    (["X"], ["X", "X", "X"]),  # the first alone, its three retries at once
+    (["X"], ["Y", "X"]),  # a new call racing a retry of the last one
+    (["W", "X"], [None, "X", "W", "Z", "Z"]),  # retries of the last two among new calls
+])
+async def test_checks_of_one_run_with_repeated_call_ids_count_as_one_by_one(
+    kind: str, first: list[str], burst: list[str | None], brakes: Brakes,
+) -> None:
+    """Concurrent identical checks go as one run; a call id seen again in it (or the last ones of the record)
+    is a replay, exactly as the checks made one by one (and LoopBrake) count them: never a raw error."""
+    reference = Checker(LoopBrake(max_repeats=10))
+    expected = await _answers(reference, first + burst, "s", together=False)
+    checker = Checker(brakes(kind, max_repeats=10))
+    got = await _answers(checker, first, "s", together=False)
+    # three checks at once first (the first goes alone, two queue together): then the whole burst queues
+    await asyncio.gather(*(checker.check("warm", {}, session_id=f"w{i}") for i in range(3)))
+    got += await _answers(checker, burst, "s", together=True)
+    assert got == expected
+    assert await inspect_count(checker.brake, "s") == max(abs(count) for count, _ in expected)
+
+
+# -- the brake's own delays (issue 23, items 2, 3, 12) ------------------------------------------------------------
+
+ASYNC_STORES = where(ALL_BRAKES, lambda kind: face(kind) == "async")
+
+
+_warm = itertools.count()
+
+
+def hold_the_loop(seconds: float) -> None:
+    """The event loop busy with other work (a host's CPU-bound step) for `seconds`: the fault injected."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+async def queue_together(brake: Any) -> None:
+    """Three checks at once (the first goes alone, two queue together): the next checks queue, none goes alone."""
+    await asyncio.gather(*(brake.check("warm", {"n": next(_warm)}, session_id=f"warm{i}") for i in range(3)))
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+async def test_a_check_late_in_the_brakes_own_queue_leaves_no_fallback_state(kind: str, brakes: Brakes) -> None:
+    """A, B, A, B... with each A queued while the loop is busy past the timeout: the A's are decided by the
+    policy as fresh calls (never counted toward a later fallback streak) and still counted by Redis (the tool ran);
+    Redis is not marked down, health stays ok."""
+    brake = brakes(kind, timeout_seconds=0.2, on_backend_error="local")
+    verdicts = []
+    for _ in range(4):
+        await queue_together(brake)
+        late = asyncio.ensure_future(brake.check("search", {"q": "A"}, session_id="s"))
+        await asyncio.sleep(0)  # the check starts and queues
+        hold_the_loop(0.3)
+        verdicts.append(await late)
+        verdicts.append(await brake.check("search", {"q": "B"}, session_id="s"))
+    a_verdicts = verdicts[::2]
+    assert [(v.decided_by, v.count) for v in a_verdicts] == [("fallback", 1)] * 4
+    # Redis counted the late A's all the same (the tool ran): B is 1 each time, never "3 in a row"
+    assert [(v.decided_by, v.count) for v in verdicts[1::2]] == [("redis", 1)] * 4
+    assert not brake.failures.breaker.down and brake.health().ok
+    assert brake.failures.local.inspect("s") is None  # nothing left in the fallback
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+async def test_a_check_cancelled_before_it_was_sent_is_not_counted(kind: str, brakes: Brakes) -> None:
+    """The host cancels a check while it waits in the brake's queue: never written, never counted (the tool never
+    ran); the session's next identical call counts 1."""
+    brake = brakes(kind, max_repeats=2)
+    await queue_together(brake)
+    cancelled = asyncio.ensure_future(brake.check("search", {"q": 1}, session_id="s"))
+    await asyncio.sleep(0)  # the check starts and queues; the batch is not sent yet
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    await queue_together(brake)  # the sender has run
+    assert await brake.inspect("s") is None
+    assert (await brake.check("search", {"q": 1}, session_id="s")).count == 1
+
+
+def senders() -> list[asyncio.Task[Any]]:
+    """The brake's sender tasks running now (what a host's watchdog or shutdown hook may cancel as strays)."""
+    return [task for task in asyncio.all_tasks() if task.get_coro().__qualname__.startswith("Batcher.")]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+@pytest.mark.parametrize("when", ["before it starts", "with a batch on the wire"])
+async def test_queued_checks_are_decided_when_a_host_cancels_the_brakes_senders(
+    kind: str, when: str, brakes: Brakes,
+) -> None:
+    """A host cancels the brake's sender tasks, not the checks: no queued check waits past its timeout (they are
+    sent by a new sender, or decided by the policy), none raises CancelledError, and Redis is not marked down."""
+    timeout = 0.5
+    brake = brakes(kind, timeout_seconds=timeout, max_repeats=10**6)
+    await queue_together(brake)
+    tasks = [asyncio.ensure_future(brake.check("search", {"i": i}, session_id=f"s{i % 50}")) for i in range(3000)]
+    await asyncio.sleep(0)  # every check starts and queues; the sender is not started yet
+    if when == "with a batch on the wire":
+        while not brake._batcher._on_wire:
+            await asyncio.sleep(0)
+    assert senders()
+    for task in senders():
+        task.cancel()
+    done, pending = await asyncio.wait(tasks, timeout=timeout * 4)
+    for task in pending:
+        task.cancel()
+    assert not pending, f"{len(pending)} checks still waiting"
+    assert all(not task.cancelled() and task.exception() is None for task in done)
+    assert {task.result().decided_by for task in done} <= {"redis", "fallback"}
+    assert not brake.failures.breaker.down
+    assert (await brake.check("after", {}, session_id="after")).decided_by == "redis"
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+@pytest.mark.parametrize("how", ["alone", "in a batch"])
+async def test_a_reply_unread_while_the_loop_is_busy_is_not_an_outage(
+    kind: str, how: str, brakes: Brakes, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A check on the wire while the host keeps the event loop busy past its timeout: Redis answered in time, the
+    loop ran the deadline late; the policy decides that check, Redis is not marked down (issue 23, item 3)."""
+    brake = brakes(kind, timeout_seconds=0.2, on_backend_error="local")
+    await brake.check("warm", {}, session_id="w")  # connected
+    if how == "in a batch":
+        await queue_together(brake)
+    checks = [asyncio.ensure_future(brake.check("search", {"i": i}, session_id=f"s{i}")) for i in range(3)]
+    while not brake._batcher._on_wire and brake._batcher._inline is None:
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # written
+    hold_the_loop(0.3)
+    verdicts = await asyncio.gather(*checks)
+    assert {verdict.decided_by for verdict in verdicts} <= {"redis", "fallback"}
+    assert not brake.failures.breaker.down and brake.health().ok
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
+    assert (await brake.check("after", {}, session_id="after")).decided_by == "redis"

@@ -179,3 +179,34 @@ async def test_a_backend_kind_can_give_its_brakes_a_variant_of_the_script(
     assert standard.check("search", {"q": 1}, session_id=f"standard-{flavour}").count == 1
     standard.close()
     await brake.close()
+
+
+@pytest.mark.parametrize(("threads", "limit"), [(2, 1), (8, 4), (16, 1)])
+def test_threads_sharing_a_small_pool_are_served_in_turn_not_taken_for_an_outage(
+    server: RedisServer, threads: int, limit: int, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`?max_connections=N` with more threads, at the default timeout: a thread that releases its connection
+    does not retake it ahead of those waiting (no thread starves), and a wait for the pool is never an outage."""
+    brake = DistributedBrake.from_url(f"{server.url}?max_connections={limit}")
+    start = threading.Barrier(threads)
+    decided: list[str] = []
+
+    def work(i: int) -> None:
+        start.wait()
+        for j in range(1000):
+            decided.append(brake.check("search", {"j": j}, session_id=f"s{i}").decided_by)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        health = brake.health()
+    finally:
+        brake.close()
+    print(f"\nsync, {threads} threads, max_connections={limit}: {decided.count('redis')} of {len(decided)} "
+          "checks decided by Redis")
+    assert health.ok and not brake.failures.breaker.down
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert decided == ["redis"] * threads * 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import warnings
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrake
 from distbrake.redis_errors import classify
 from tests.backends import Checker
 from tests.faults import RECOVERY_DEADLINE, until_redis
-from tests.servers import RedisServer
+from tests.servers import RedisServer, free_port
 
 PASSWORD = "pw-" + secrets.token_hex(8)
 WRONG = "wrong-" + secrets.token_hex(8)
@@ -84,6 +85,20 @@ async def test_a_wrong_password_is_named_a_configuration_error(
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_missing_password_is_not_called_a_wrong_one(flavour: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A URL without a password to a server that requires one: the log says a password is needed (issue 23, 13c)."""
+    with RedisServer(password=PASSWORD, name="auth") as server:
+        brake = build(flavour, server.url)
+        assert (await brake.check("t", 1)).decided_by == "fallback"
+        missing = "AuthenticationError (configuration: password required, none given)"
+        assert brake.brake.health().last_error == missing
+        [line] = errors(caplog)
+        assert f"Redis refused the brake ({missing}): a configuration error, not an outage" in line
+        assert "wrong password" not in caplog.text and PASSWORD not in caplog.text
+        await brake.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_an_acl_refusal_is_named_a_configuration_error(
     flavour: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -120,6 +135,12 @@ async def test_an_acl_refusal_inside_the_script_is_named_a_configuration_error(
 @pytest.mark.parametrize(("error", "meaning", "name"), [
     (redis.exceptions.AuthenticationError("invalid username-password pair"), "configuration",
      "AuthenticationError (configuration: wrong password)"),
+    (redis.exceptions.AuthenticationError("WRONGPASS invalid username-password pair or user is disabled."),
+     "configuration", "AuthenticationError (configuration: wrong password)"),
+    (redis.exceptions.AuthenticationError("Authentication required."), "configuration",
+     "AuthenticationError (configuration: password required, none given)"),
+    (redis.exceptions.AuthenticationError("HELLO must be called with the client already authenticated"),
+     "configuration", "AuthenticationError (configuration: password required, none given)"),
     (redis.exceptions.NoPermissionError("this user has no permissions to run the 'hset' command"),
      "configuration", "NoPermissionError (configuration: ACL refusal)"),
     (redis.exceptions.ResponseError("The user executing the script can't run this command or subcommand"),
@@ -134,3 +155,28 @@ async def test_an_acl_refusal_inside_the_script_is_named_a_configuration_error(
 def test_one_classifier_names_what_a_redis_error_means(error: BaseException, meaning: str, name: str) -> None:
     classified = classify(error)
     assert (classified.meaning, classified.name, classified.error_type) == (meaning, name, type(error).__name__)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_the_first_check_decided_by_the_policy_warns_once_per_brake(
+    flavour: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without any logging configured (the library's NullHandler only), a wrong URL still shows: a RuntimeWarning,
+    once per brake (issue 23, 13b); where logging shows the ERROR, no warning repeats it."""
+    url = f"redis://127.0.0.1:{free_port()}"
+    configured = build(flavour, url)  # pytest's log capture is a handler: the ERROR is shown, nothing to warn
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert (await configured.check("t", 1, session_id="s")).decided_by == "fallback"
+    await configured.close()
+    monkeypatch.setattr(logging.getLogger("distbrake"), "propagate", False)  # as an application without logging
+    for _ in range(2):  # each brake warns once
+        brake = build(flavour, url)
+        with pytest.warns(RuntimeWarning) as warned:
+            verdicts = [await brake.check("t", n, session_id="s") for n in range(3)]
+        assert [verdict.decided_by for verdict in verdicts] == ["fallback"] * 3
+        [warning] = [w for w in warned if issubclass(w.category, RuntimeWarning)]
+        text = str(warning.message)
+        assert text.startswith("distbrake: a check fell to the failure policy: on_backend_error='local'")
+        assert url in text and "ConnectionError" in text
+        await brake.close()

@@ -32,6 +32,7 @@ import importlib
 import logging
 import os
 import sys
+import warnings
 from typing import Any
 
 import click
@@ -100,6 +101,8 @@ def _quiet_library_logs() -> None:
     log = logging.getLogger("distbrake")
     if not log.handlers:
         log.addHandler(logging.NullHandler())
+    # and the brake's once-per-brake RuntimeWarning of a check decided by the policy (policy.WARNING_START)
+    warnings.filterwarnings("ignore", message="distbrake: a check fell to the failure policy", category=RuntimeWarning)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,7 +50,8 @@ class AsyncDistributedBrake(DistributedBase):
     def _new_batcher(self) -> Batcher:
         """The batcher of the brake's current client (a new one for each event loop, see `_bind`)."""
         own = self.built_from is not None
-        return Batcher(self.client, self.settings.timeout_seconds, self.script, own=own)
+        return Batcher(self.client, self.settings.timeout_seconds, self.script, own=own,
+                       count_late=self.settings.on_backend_error != "closed")
 
     @staticmethod
     def connect(url: ParsedURL, timeout: float) -> Any:
@@ -100,7 +101,7 @@ class AsyncDistributedBrake(DistributedBase):
                             key, argv, packed, loop.time() + self.settings.timeout_seconds)
                     except QueueTimeout as error:  # queued behind the brake's own work: not Redis's failure
                         self.failures.breaker.abandoned(ticket)
-                        verdict = self.failures.decide(call, error)
+                        verdict = self.failures.decide(call, error, own_delay=True)
                     except REDIS_FAILURES as error:
                         verdict = self.without_redis(call, error, ticket)
                     except BaseException:  # cancelled by the host: a probe must not stay claimed forever

@@ -15,7 +15,7 @@ from typing import Any, Self, Unpack
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..errors import InvalidURLError
 from ..policy import NO_TRY, FailureHandler
-from ..redis_errors import REDIS_FAILURES, classify
+from ..redis_errors import REDIS_FAILURES, classify, is_pool_wait
 from ..rules import result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
 from ..telemetry.build import build_telemetry
@@ -226,6 +226,9 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         if error is not None:
             if classify(error).meaning == "record":  # this session's key holds a value of another type
                 return self.failures.decide(call, error, record_key=self.key(call.session_id))
+            if is_pool_wait(error):  # every connection of a limited pool was busy: the brake's own delay
+                self.failures.breaker.abandoned(ticket)
+                return self.failures.decide(call, error, own_delay=True)
             self.failures.failed(error, ticket)
         return self.failures.decide(call, error)
 

@@ -36,6 +36,7 @@ LANES = 2  # batches on the wire at once on the direct path with connections of 
 SPLIT = 16  # a queue this long is shared by two lanes: Python prepares one batch while Redis runs the other
 IDLE, STARTING, SENDING = 0, 1, 2  # a lane's state
 _MODE_AT = MODE - 1  # ARGV[MODE] in a Python tuple
+LATE = 0.02  # seconds: at least this late past its deadline, a timeout is the event loop's, not Redis's
 
 class Queued(NamedTuple):
     """A queued check, or a run of identical checks of one session: what goes on the wire as one EVALSHA.
@@ -94,9 +95,15 @@ class Batcher:
 
     def __init__(
         self, client: Any, timeout: float, script: Script | None = None, *, own: bool = False,
+        count_late: bool = False,
     ) -> None:
         self._client = client
         self._timeout = timeout
+        # A check whose time ran out while it queued is decided by the policy; with `count_late` (a policy
+        # under which the tool runs all the same) it is still sent, so that Redis's streaks stay true.
+        self._count_late = count_late
+        # How late past a deadline the loop may wake before a timeout is taken for the loop's lateness.
+        self._late = max(LATE, timeout / 10)
         self._script = script = script or brake_script()  # the brake's (its telemetry is told of each load)
         # A plain redis.asyncio client (single node, or a Sentinel-managed master)
         # gets its batches, packed once, written straight to one pooled
@@ -137,11 +144,26 @@ class Batcher:
         # A lane starts when none is at work (else one that is takes this check when it is done),
         # and another once the queue is long enough to share.
         if not self._busy or (len(queue) >= SPLIT and self._busy < len(self._lanes)):
-            lane = next(lane for lane in self._lanes if lane.state == IDLE)
-            lane.state = STARTING
-            self._busy += 1
-            lane.sender = asyncio.create_task(self._send_all(lane))
+            self._start(next(lane for lane in self._lanes if lane.state == IDLE))
         return future
+
+    def _start(self, lane: Lane) -> None:
+        lane.state = STARTING
+        self._busy += 1
+        lane.sender = sender = asyncio.create_task(self._send_all(lane))
+        sender.add_done_callback(functools.partial(self._ended, lane))
+
+    def _ended(self, lane: Lane, sender: asyncio.Task[None]) -> None:
+        """A sender ended. Cancelled by the host (a shutdown hook, a watchdog), perhaps before it even started:
+        its lane is made idle, and the checks still queued, whose tasks were not cancelled, get a new sender
+        (nothing may wait past its timeout for a sender that will never come)."""
+        if lane.sender is sender:
+            lane.sender = None
+            if lane.state != IDLE:  # cancelled before its first step: `_send_all` never ran
+                lane.state = IDLE
+                self._busy -= 1
+        if not self._busy and any(not item.futures.done() for item in self._queue):  # type: ignore[union-attr]
+            self._start(self._lanes[0])
 
     async def _alone(self, key: str, argv: tuple[Any, ...], packed: bytes, deadline: float) -> Any:
         """Send one check from the caller's task, a batch of its own (no sender task, no extra loop turn).
@@ -149,10 +171,16 @@ class Batcher:
         Checks that come meanwhile queue; their sender waits for this one, so
         one batch is on the wire at a time, and a session's checks keep their order.
         """
-        self._inline = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._inline = loop.create_future()
+        batch = [_queued((key, argv, deadline, [], packed))]
         try:
             with self._deadline.bound(deadline):
-                reply = (await self._send([_queued((key, argv, deadline, [], packed))], self._lanes[0]))[0]
+                reply = (await self._send(batch, self._lanes[0]))[0]
+        except TimeoutError:
+            if loop.time() - deadline > self._late:  # the loop ran the deadline late: not Redis's timeout
+                raise QueueTimeout from None
+            raise
         finally:
             self._inline.set_result(None)
             self._inline = None
@@ -164,8 +192,9 @@ class Batcher:
         try:
             await self._send_lane(lane)
         finally:
-            lane.state = IDLE
-            self._busy -= 1
+            if lane.state != IDLE:
+                lane.state = IDLE
+                self._busy -= 1
 
     async def _send_lane(self, lane: Lane) -> None:
         await asyncio.sleep(0)  # let the checks started in this tick join the first batch
@@ -191,8 +220,10 @@ class Batcher:
                     replies = await self._send(batch, lane)
             except BaseException as error:
                 failure: BaseException = error
-                if isinstance(error, TimeoutError) and loop.time() - sent_at < self._timeout / 2:
-                    failure = QueueTimeout()  # the batch never had a fair share of the timeout
+                if isinstance(error, TimeoutError) and self._own_delay(loop.time(), sent_at, batch):
+                    failure = QueueTimeout()  # the batch never had a fair share of the timeout, or the loop was late
+                elif isinstance(error, asyncio.CancelledError):
+                    failure = QueueTimeout()  # the host cancelled the sender, not these checks: the policy decides
                 for run in batch:
                     _fail(run.futures, failure)
                 if isinstance(error, asyncio.CancelledError):
@@ -213,6 +244,12 @@ class Batcher:
                         if not future.done():
                             future.set_result(one)
 
+    def _own_delay(self, now: float, sent_at: float, batch: list[Queued]) -> bool:
+        """Whether a batch that timed out lost its time to the brake's own machinery, not to Redis: it was on
+        the wire for less than half a timeout, or the event loop ran its deadline late (busy with other work,
+        such as thousands of checks' first steps: a reply that arrived in time may be waiting unread)."""
+        return now - sent_at < self._timeout / 2 or now - min(run.deadline for run in batch) > self._late
+
     def _next_batch(self, now: float, limit: int = MAX_BATCH) -> list[Queued]:
         """Up to `limit` runs, at most one per key, none of a key on the wire; the other checks wait.
 
@@ -222,16 +259,24 @@ class Batcher:
         last call id, which is the last of its session; so a key never has two
         runs in one batch, and a session's checks are never reordered (once
         one waits, every later check of that session waits too). A check whose
-        deadline passed while it queued is not sent (`QueueTimeout`).
+        deadline passed while it queued fails with `QueueTimeout` (the policy decides it); it is
+        still sent, with a new deadline, when the tool runs all the same (`count_late`). A check the
+        host cancelled while it queued is dropped: never written, never counted (one already on the
+        wire is counted once, as a check whose reply is lost).
         """
         runs: dict[str, Queued | list[Queued]] = {}  # a run of one is its check (the common case)
         waiting: set[str] = set(self._on_wire)
         later: list[Queued] = []
         for item in self._queue:
-            key, argv, deadline, future, _ = item
-            if deadline <= now:
-                _fail(future, QueueTimeout())
+            key, argv, deadline, future, packed = item
+            if future.cancelled():  # type: ignore[union-attr]  # queued: one future; cancelled: never written, never counted
                 continue
+            if deadline <= now:  # its caller gets the policy's verdict now
+                _fail(future, QueueTimeout())
+                if not self._count_late:
+                    continue
+                # the tool may run all the same (policy open or local): Redis still counts the call
+                item = _queued((key, argv, now + self._timeout, future, packed))  # noqa: PLW2901
             if key not in waiting:
                 run = runs.get(key)
                 if run is None:
@@ -308,7 +353,25 @@ class Batcher:
                 await pool.release(connection)
 
     async def aclose(self) -> None:
-        """Close the direct path's own connections, if it has any (the next batch opens another)."""
+        """Close the direct path's own connections, if it has any (the next batch opens another).
+
+        Batches still being sent (checks whose callers already have the policy's
+        verdict, still counted) are waited for first, each bounded by its deadline.
+        """
+        loop = asyncio.get_running_loop()
+        senders = [lane.sender for lane in self._lanes
+                   if lane.sender is not None and not lane.sender.done() and lane.sender.get_loop() is loop]
+        if senders:
+            # Checks still queued get the policy's verdict now, and what was only kept to be counted is dropped;
+            # the batches on the wire end (each bounded by its deadline), or are cancelled.
+            for item in self._queue:
+                _fail(item.futures, QueueTimeout())
+            self._queue = []
+            _, pending = await asyncio.wait(senders, timeout=self._timeout * 2)
+            for sender in pending:
+                sender.cancel()
+            if pending:
+                await asyncio.wait(pending)
         connections = []
         for lane in self._lanes:
             connections.append(lane.connection)

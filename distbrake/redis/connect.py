@@ -11,8 +11,11 @@ recognised and not counted twice.
 
 from __future__ import annotations
 
+import collections
+import queue
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -205,6 +208,56 @@ def _where(parsed: ParsedURL, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"host": host, "port": port, "db": parsed.db, **kwargs}
 
 
+class FairQueue(queue.LifoQueue[Any]):
+    """The sync blocking pool's queue of connections, served in turn.
+
+    redis-py's `BlockingConnectionPool` waits on a `LifoQueue`: a thread that
+    releases its connection and asks again at once takes it back ahead of
+    the threads already waiting, which then starve until their timeout (and
+    the brake took that for an outage). Here a getter takes a connection only
+    when no one who asked earlier is still waiting; the most recently
+    released connection is still the one handed out.
+    """
+
+    def __init__(self, maxsize: int = 0) -> None:
+        super().__init__(maxsize)
+        self._line: collections.deque[threading.Condition] = collections.deque()  # the getters waiting, in turn
+
+    def _put(self, item: Any) -> None:
+        super()._put(item)
+        if self._line:
+            self._line[0].notify()  # only the one whose turn it is
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        with self.mutex:
+            line = self._line
+            if self._qsize() and not line:  # no one waiting: at once (the common case)
+                item = self._get()
+                self.not_full.notify()
+                return item
+            if not block:
+                raise queue.Empty
+            me = threading.Condition(self.mutex)
+            line.append(me)
+            try:
+                end = None if timeout is None else time.monotonic() + timeout
+                while not (self._qsize() and line[0] is me):
+                    if end is None:
+                        me.wait()
+                        continue
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        raise queue.Empty
+                    me.wait(left)
+                item = self._get()
+                self.not_full.notify()
+                return item
+            finally:
+                line.remove(me)
+                if line and self._qsize():
+                    line[0].notify()  # the next in line may take one now
+
+
 def _limited(client: Any, blocking_pool: Any, timeout: float, parsed: ParsedURL) -> Any:
     """`client` as it is, or, with `?max_connections=N`, on a pool that never opens more than N.
 
@@ -216,9 +269,10 @@ def _limited(client: Any, blocking_pool: Any, timeout: float, parsed: ParsedURL)
     pool = client.connection_pool
     if "max_connections" not in parsed.options:  # redis-py's own default (100 in redis-py 8) is no limit of ours
         return client
+    fair = {"queue_class": FairQueue} if blocking_pool is redis.BlockingConnectionPool else {}  # threads in turn
     blocking = blocking_pool(
         connection_class=pool.connection_class, max_connections=pool.max_connections,
-        timeout=timeout, **pool.connection_kwargs,
+        timeout=timeout, **fair, **pool.connection_kwargs,
     )
     return type(client).from_pool(blocking)  # the client owns the pool: closing it closes the pool
 

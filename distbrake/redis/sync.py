@@ -123,10 +123,10 @@ class DistributedBrake(SyncCheck, DistributedBase):
         master that refused the connection go the client's way, `_evalsha`.
         A timeout is the backend failing (no second wait).
         """
+        nodes = self._nodes
+        if nodes is None:  # the client is built on first use (see connect.LazyClient); a build that fails
+            nodes = self._nodes = self.client.nodes_manager  # is the backend failing: not built twice in one check
         try:
-            nodes = self._nodes
-            if nodes is None:  # the client is built on first use (see connect.LazyClient)
-                nodes = self._nodes = self.client.nodes_manager
             # The slot map as the client keeps it, read without its lock: a stale entry is a MOVED.
             node = nodes.slots_cache[key_slot(key.encode("utf-8"))][0]
             pool = node.redis_connection.connection_pool

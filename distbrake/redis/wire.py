@@ -264,7 +264,11 @@ def encode_run(argvs: Sequence[tuple[bytes | int, ...]]) -> tuple[bytes | int, .
 
 def run_replies(reply: object, size: int) -> list[object]:
     """The script's reply to a run of `size` calls, as the reply each call would have had alone."""
-    if size == 1 or not isinstance(reply, int) or isinstance(reply, bool):
+    if size == 1:
+        return [reply]
+    if isinstance(reply, list) and len(reply) == size:  # counted call by call (call ids repeat, see the script)
+        return reply
+    if not isinstance(reply, int) or isinstance(reply, bool):
         return [reply] * size
     last, replayed = reply >> REPLY_COUNT_SHIFT, reply & REPLY_REPLAYED
     return [((last - size + 1 + i) << REPLY_COUNT_SHIFT) | replayed for i in range(size)]
