@@ -12,6 +12,7 @@ recognised and not counted twice.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import queue
 import ssl
 import threading
@@ -84,26 +85,70 @@ def memory_server(name: str) -> fakeredis.FakeServer:
 
 
 class LazyClient:
-    """A client built on first use (and built again after a failed attempt)."""
+    """A client built on first use (and built again after a failed attempt).
 
-    def __init__(self, build: Callable[[], Any]) -> None:
+    With `wait`, a use waits at most that long for the build: a build that
+    takes longer (redis-py's cluster client reads its startup nodes one after
+    another, each within the attempt's timeout) goes on in the background, and
+    the use fails as the backend failing (redis-py's `TimeoutError`), so no
+    check waits on a build past its budget; a later use takes the client once
+    it is built.
+    """
+
+    def __init__(self, build: Callable[[], Any], wait: float | None = None) -> None:
         self._build = build
+        self._wait = wait
         self._client: Any = None
         self._lock = threading.Lock()
+        self._pending: concurrent.futures.Future[Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
         client = self._client
         if client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._build()
-                client = self._client
+            client = self._built()
         return getattr(client, name)
 
+    def _built(self) -> Any:
+        with self._lock:
+            if self._client is not None:
+                return self._client
+            if self._wait is None:
+                self._client = self._build()
+                return self._client
+            pending = self._pending
+            if pending is None or (pending.done() and pending.exception() is not None):
+                pending = self._pending = concurrent.futures.Future()
+                threading.Thread(target=self._run, args=(pending,), name="distbrake-client-build",
+                                 daemon=True).start()
+        try:
+            client = pending.result(timeout=self._wait)
+        except concurrent.futures.TimeoutError:
+            raise redis.exceptions.TimeoutError(
+                f"the client was not built within {self._wait:.3f} s (its startup nodes do not answer)"
+            ) from None
+        with self._lock:
+            self._client = client
+        return client
+
+    def _run(self, pending: concurrent.futures.Future[Any]) -> None:
+        try:
+            pending.set_result(self._build())
+        except BaseException as error:  # handed to the use waiting for it (or the next one)
+            pending.set_exception(error)
+
     def close(self) -> None:
-        """Close the client if it was ever built: closing never connects."""
-        if self._client is not None:
-            self._client.close()
+        """Close the client if it was ever built (or when a build under way ends): closing never connects."""
+        with self._lock:
+            client, pending = self._client, self._pending
+        if client is not None:
+            client.close()
+        elif pending is not None:
+            pending.add_done_callback(_close_built)
+
+
+def _close_built(built: concurrent.futures.Future[Any]) -> None:
+    if built.exception() is None:
+        built.result().close()
 
 
 def _bool(url: ParsedURL, name: str, text: str) -> bool:
@@ -313,7 +358,8 @@ def _cluster_sync(parsed: ParsedURL, timeout: float) -> Any:
     # redis-py's sync cluster client connects when it is built; build it on
     # first use instead, so a brake made while the cluster is down still
     # starts (its checks go to the failure policy until the cluster answers).
-    return LazyClient(lambda: redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs))
+    # A use waits for the build at most the check's budget (less a margin for the check's own command).
+    return LazyClient(lambda: redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs), wait=timeout * 0.9)
 
 
 def _cluster_async(parsed: ParsedURL, timeout: float) -> Any:
