@@ -160,10 +160,8 @@ class GatewaySessions:
         self._warned = False
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(session_from={self.session_from!r}, "
-            f"require_session={self.require_session!r}, scope={self.scope!r})"
-        )
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in ("session_from", "require_session", "scope"))
+        return f"{type(self).__name__}({shown})"
 
     def resolve(
         self,

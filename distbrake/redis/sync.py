@@ -9,6 +9,7 @@ check again. Everything else is in `base.py`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -230,13 +231,8 @@ class DistributedBrake(SyncCheck, DistributedBase):
         return bool(self.client.delete(self.key(session_id)))
 
     def _key_batches(self) -> Iterator[list[Any]]:
-        batch: list[Any] = []
-        for key in self.client.scan_iter(match=self.key_pattern, count=SCAN_BATCH):
-            batch.append(key)
-            if len(batch) >= SCAN_BATCH:
-                yield batch
-                batch = []
-        if batch:
+        keys = self.client.scan_iter(match=self.key_pattern, count=SCAN_BATCH)
+        while batch := list(itertools.islice(keys, SCAN_BATCH)):
             yield batch
 
     def sessions(self, match: str | None = None) -> Iterator[SessionState]:

@@ -132,28 +132,30 @@ def topology_error(error: BaseException) -> ClusterTopologyError:
 def refresh_topology(client: Any) -> None:
     """Read the cluster's slot map again (sync client), as redis-py does after a MOVED; failures are ignored."""
     initialize = getattr(getattr(client, "nodes_manager", None), "initialize", None)
-    if not callable(initialize):
-        return
-    try:
-        initialize()
-    except _REFRESH_ERRORS as error:
-        logger.debug("distbrake: refreshing the cluster's slot map failed (%s)", type(error).__name__)
-    except INTERNAL_ERRORS as error:
-        if not is_topology_error(error):
-            raise
-        logger.debug("distbrake: refreshing the cluster's slot map failed (%s)", type(error).__name__)
+    if callable(initialize):
+        try:
+            initialize()
+        except _FAILED_REFRESH as error:
+            _refresh_failed(error)
 
 
 async def arefresh_topology(client: Any) -> None:
     """`refresh_topology` for redis.asyncio's cluster client."""
     initialize = getattr(getattr(client, "nodes_manager", None), "initialize", None)
-    if not callable(initialize):
-        return
-    try:
-        await initialize()
-    except _REFRESH_ERRORS as error:
-        logger.debug("distbrake: refreshing the cluster's slot map failed (%s)", type(error).__name__)
-    except INTERNAL_ERRORS as error:
-        if not is_topology_error(error):
-            raise
-        logger.debug("distbrake: refreshing the cluster's slot map failed (%s)", type(error).__name__)
+    if callable(initialize):
+        try:
+            await initialize()
+        except _FAILED_REFRESH as error:
+            _refresh_failed(error)
+
+
+_FAILED_REFRESH: tuple[type[BaseException], ...] = (*_REFRESH_ERRORS, *INTERNAL_ERRORS)
+
+
+def _refresh_failed(error: BaseException) -> None:
+    """A refresh that failed is ignored (logged at DEBUG), unless it is our own bug, not the cluster's."""
+    if not isinstance(error, _REFRESH_ERRORS) and not is_topology_error(error):
+        raise error
+    logger.debug("distbrake: refreshing the cluster's slot map failed (%s)", type(error).__name__)
+
+
