@@ -67,7 +67,7 @@ def parse_number(text: str) -> int | None:
 class ParsedURL:
     """What a URL asks for, with no connection made."""
 
-    kind: str  # memory | redis | unix | cluster | sentinel
+    connector: str  # the backend kind, a key of redis/connect.CONNECTORS: memory | redis | unix | cluster | sentinel
     scheme: str
     tls: bool
     hosts: tuple[tuple[str, int], ...] = ()
@@ -122,8 +122,8 @@ def parse_url(url: str) -> ParsedURL:
     if not isinstance(url, str) or "://" not in url:
         raise _bad(str(url), f"expected one of {', '.join(s + '://' for s in SCHEMES)}")
     scheme = url.split("://", 1)[0].lower()
-    kind = SCHEMES.get(scheme)
-    if kind is None:
+    connector = SCHEMES.get(scheme)
+    if connector is None:
         raise _bad(url, f"unknown scheme {scheme!r}; use one of {', '.join(s + '://' for s in SCHEMES)}")
     rest = url.split("://", 1)[1]
     userinfo = ""
@@ -143,37 +143,37 @@ def parse_url(url: str) -> ParsedURL:
     options = dict(parse_qsl(query, keep_blank_values=True))
     tls = scheme.startswith("rediss")
     redacted = redact_url(url)
-    if kind == "memory":
+    if connector == "memory":
         name = (netloc + ("/" + tail if tail else "")) or "default"
-        return ParsedURL(kind, scheme, False, path=name, options=options, redacted=redacted)
-    if kind == "unix":
+        return ParsedURL(connector, scheme, False, path=name, options=options, redacted=redacted)
+    if connector == "unix":
         path = "/" + tail if netloc == "" else netloc + ("/" + tail if tail else "")
         if not path or path == "/":
             raise _bad(url, "missing socket path")
         db_text = options.pop("db", "0")
         return ParsedURL(
-            kind, scheme, False, path=unquote(path), db=_db(url, db_text), username=username,
+            connector, scheme, False, path=unquote(path), db=_db(url, db_text), username=username,
             password=password, options=options, redacted=redacted,
         )
     if not netloc:
         raise _bad(url, "missing host")
-    default_port = 26379 if kind == "sentinel" else 6379
+    default_port = 26379 if connector == "sentinel" else 6379
     hosts = _hosts(url, netloc, default_port)
-    if kind == "redis" and len(hosts) > 1:
+    if connector == "redis" and len(hosts) > 1:
         raise _bad(url, "several hosts need redis+cluster:// or redis+sentinel://")
     service = ""
     db = 0
-    if kind == "sentinel":
+    if connector == "sentinel":
         service, _, db_text = tail.partition("/")
         if not service:
             raise _bad(url, "missing sentinel service name (redis+sentinel://h:p/SERVICE)")
         db = _db(url, db_text)
-    elif kind == "cluster":
+    elif connector == "cluster":
         if tail.strip("/") not in ("", "0"):
             raise _bad(url, "Redis Cluster has only database 0")
     else:
         db = _db(url, tail)
     return ParsedURL(
-        kind, scheme, tls, hosts=hosts, path=service, db=db, username=username,
+        connector, scheme, tls, hosts=hosts, path=service, db=db, username=username,
         password=password, options=options, redacted=redacted,
     )

@@ -293,7 +293,7 @@ def test_a_halt_ends_the_turn_where_the_host_can() -> None:
     from distbrake.hosts.run import decide
 
     decision = decide(HaltingBrake(), HookEvent("pre", "PreToolUse", "Bash", {}, "s"), "s")
-    assert decision is not None and decision.kind == "halt"
+    assert decision is not None and decision.verb == "halt"
     claude = json.loads(host("claude-code").answer("PreToolUse", decision).stdout)
     assert claude["continue"] is False and claude["stopReason"] == decision.message
     assert claude["hookSpecificOutput"]["permissionDecision"] == "deny"

@@ -161,7 +161,7 @@ def measure(settings: BrakeSettings, *, checks: int, sessions: int) -> dict[str,
         settings.url, settings, key_prefix=prefix, on_backend_error="closed",
         timeout_seconds=max(settings.timeout_seconds, 5.0), max_repeats=max(settings.max_repeats, 2))
     why: dict[str, str] = {}
-    if settings.parsed_url.kind == "memory":
+    if settings.parsed_url.connector == "memory":
         why["server_cpu_us_per_check"] = why["memory_bytes_per_session"] = (
             "not available: memory:// is the embedded store, inside this process")
     report: dict[str, Any] = {"backend": settings.shown_url, "key_prefix": prefix, "checks": checks,

@@ -138,7 +138,7 @@ def demo_command(app: App, *, workers: int, calls: int | None, keep: bool, pace:
         raise output.CliError(f"--calls {calls} is too few: with max_repeats {limit} the stuck agent needs at least "
                               f"{limit + 1} calls to reach the limit", output.EXIT_USAGE, "usage")
     console, terminal = output.make_console(), sys.stdout.isatty()
-    processes, run_id = settings.parsed_url.kind != "memory", uuid.uuid4().hex[:6]
+    processes, run_id = settings.parsed_url.connector != "memory", uuid.uuid4().hex[:6]
 
     def say(text: str, style: str = "") -> None:
         if not as_json:

@@ -121,7 +121,7 @@ class Doctor:
         try:
             if self.connect(brake):
                 nodes = _nodes(brake.client, self.app.backend)
-                if self.server_info(settings.parsed_url.kind, nodes):
+                if self.server_info(settings.parsed_url.connector, nodes):
                     self.script(nodes)
                     self.permissions(brake, nodes)
                     self.end_to_end(brake, nodes)

@@ -180,7 +180,7 @@ def note(app: App, text: str) -> None:
 
 
 def memory_hint(app: App, settings: BrakeSettings) -> None:
-    if settings.parsed_url.kind == "memory":
+    if settings.parsed_url.connector == "memory":
         note(app,
              "note: memory:// is private to this process, so this command sees only its own "
              "streaks; pass --url redis://... (or set DISTBRAKE_URL) to reach your fleet's store")

@@ -25,7 +25,7 @@ __all__ = [
 # The hosts, by the name `distbrake hook <name>` and `POST /v1/hooks/<name>` use.
 HOSTS = ("claude-code", "codex", "gemini", "cursor")
 Phase = Literal["pre", "post"]
-Kind = Literal["allow", "warn", "deny", "halt"]
+Verb = Literal["allow", "warn", "deny", "halt"]  # what a hook answers: one word each
 
 
 class HookInputError(ValueError):
@@ -48,7 +48,7 @@ class HookEvent(NamedTuple):
 class Decision(NamedTuple):
     """What the brake says of a pre-tool event: allow, warn (allowed, with a text), deny, or halt."""
 
-    kind: Kind
+    verb: Verb
     message: str | None = None  # the text the model (and the user) reads; never the arguments
 
 

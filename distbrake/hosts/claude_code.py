@@ -57,16 +57,16 @@ def allow(event: str) -> Answer:
 
 def answer(event: str, decision: Decision) -> Answer:
     """`decision` in the PreToolUse output shape (Claude Code and Codex share it)."""
-    if decision.kind == "allow" or event not in ("PreToolUse",):
+    if decision.verb == "allow" or event not in ("PreToolUse",):
         return allow(event)
     specific: dict[str, Any] = {"hookEventName": "PreToolUse"}
     reply: dict[str, Any] = {"hookSpecificOutput": specific}
-    if decision.kind == "warn":
+    if decision.verb == "warn":
         specific["additionalContext"] = decision.message
     else:
         specific["permissionDecision"] = "deny"
         specific["permissionDecisionReason"] = decision.message
-        if decision.kind == "halt":
+        if decision.verb == "halt":
             reply["continue"] = False
             reply["stopReason"] = decision.message
     return Answer(orjson.dumps(reply).decode())

@@ -60,7 +60,7 @@ def allow(event: str) -> Answer:
 
 
 def answer(event: str, decision: Decision) -> Answer:
-    if decision.kind in ("allow", "warn") or event not in PRE:
+    if decision.verb in ("allow", "warn") or event not in PRE:
         return allow(event)  # Cursor's permission events have no allowed-with-context answer
     reply: dict[str, Any] = {
         "permission": "deny", "user_message": decision.message, "agent_message": decision.message,

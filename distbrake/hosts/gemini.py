@@ -34,13 +34,13 @@ def allow(event: str) -> Answer:
 
 
 def answer(event: str, decision: Decision) -> Answer:
-    if decision.kind == "allow" or event not in PRE:
+    if decision.verb == "allow" or event not in PRE:
         return allow(event)
     reply: dict[str, Any]
-    if decision.kind == "warn":
+    if decision.verb == "warn":
         reply = {"systemMessage": decision.message}
     else:
         reply = {"decision": "deny", "reason": decision.message}
-        if decision.kind == "halt":
+        if decision.verb == "halt":
             reply.update({"continue": False, "stopReason": decision.message})
     return Answer(orjson.dumps(reply).decode())

@@ -246,7 +246,7 @@ def _sentinel_kwargs(url: ParsedURL, timeout: float, retry: Any) -> dict[str, An
 
 def _where(parsed: ParsedURL, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The client arguments of a single node: its address (TCP or Unix socket), db and options."""
-    if parsed.kind == "unix":
+    if parsed.connector == "unix":
         kwargs.pop("ssl", None)
         return {"unix_socket_path": parsed.path, "db": parsed.db, **kwargs}
     host, port = parsed.hosts[0]
@@ -389,7 +389,7 @@ def _standard(parsed: ParsedURL) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Connector:
-    """How one backend kind (`ParsedURL.kind`) is reached: its sync and asyncio clients, built from a
+    """How one backend kind (`ParsedURL.connector`) is reached: its sync and asyncio clients, built from a
     parsed URL and the brake's timeout, and the variant of the script its server runs (see script.py)."""
 
     sync: Callable[[ParsedURL, float], Any]
@@ -410,21 +410,21 @@ CONNECTORS: dict[str, Connector] = {
 
 def connector(url: str | ParsedURL) -> Connector:
     """The connector of `url`'s backend kind."""
-    return CONNECTORS[(parse_url(url) if isinstance(url, str) else url).kind]
+    return CONNECTORS[(parse_url(url) if isinstance(url, str) else url).connector]
 
 
 def script_variant(url: ParsedURL) -> str:
     """The variant of the script the server at `url` runs (see script.VARIANTS)."""
-    return CONNECTORS[url.kind].script_variant(url)
+    return CONNECTORS[url.connector].script_variant(url)
 
 
 def sync_client(url: str | ParsedURL, timeout: float) -> Any:
     """A redis-py (or fakeredis) client for `url`, sync flavour."""
     parsed = parse_url(url) if isinstance(url, str) else url
-    return CONNECTORS[parsed.kind].sync(parsed, timeout)
+    return CONNECTORS[parsed.connector].sync(parsed, timeout)
 
 
 def async_client(url: str | ParsedURL, timeout: float) -> Any:
     """A redis.asyncio (or fakeredis) client for `url`."""
     parsed = parse_url(url) if isinstance(url, str) else url
-    return CONNECTORS[parsed.kind].asynchronous(parsed, timeout)
+    return CONNECTORS[parsed.connector].asynchronous(parsed, timeout)

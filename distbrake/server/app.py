@@ -185,7 +185,7 @@ class _Server:
                 what = str(error) if isinstance(error, DistbrakeError) else type(error).__name__
                 return JSONResponse(_error("BRAKE_ERROR", shown(what, 300)), 503), "unavailable"
             reply = agent.allow(event.event) if decision is None else agent.answer(event.event, decision)
-            outcome = "allowed" if decision is None else OUTCOMES[decision.kind]
+            outcome = "allowed" if decision is None else OUTCOMES[decision.verb]
             return Response(reply.stdout or "{}", media_type="application/json"), outcome
 
         return answer

@@ -100,7 +100,7 @@ def bench_command(
         from distbrake import DistributedBrake
 
         cluster = DistributedBrake.settings_for_url(cluster_url, None)
-        if cluster.parsed_url.kind != "cluster":
+        if cluster.parsed_url.connector != "cluster":
             raise click.UsageError("--cluster-url must be a redis+cluster:// URL")
     with app.open() as brake:  # fail fast (exit 4) when the server is not there
         brake.ping()

@@ -32,7 +32,7 @@ NO_CLUSTER = "skipped: needs --cluster-url redis+cluster://... (and a single nod
 
 
 def _usable(single: BrakeSettings, cluster: BrakeSettings | None) -> bool:
-    return cluster is not None and cluster.parsed_url.kind == "cluster" and single.parsed_url.kind != "memory"
+    return cluster is not None and cluster.parsed_url.connector == "cluster" and single.parsed_url.connector != "memory"
 
 
 def _async_rates(single: BrakeSettings, cluster: BrakeSettings, per_task: int, rounds: int,
@@ -119,7 +119,7 @@ def cluster_memory(
     step: Step = no_step,
 ) -> Figure:
     """Redis memory per session on the Cluster (summed over its masters, clients closed)."""
-    if cluster is None or cluster.parsed_url.kind != "cluster":
+    if cluster is None or cluster.parsed_url.connector != "cluster":
         return Figure("cluster_memory", "Redis memory per session, Cluster", "bytes", None, None, None,
                       "<= 265 B", None, NO_CLUSTER)
     return memory_per_session(cluster, sessions=sessions, timeout_seconds=timeout_seconds, step=step,

@@ -42,18 +42,18 @@ class RawConnection:
     def __init__(self, parsed: ParsedURL, timeout: float) -> None:
         import hiredis
 
-        if parsed.kind == "unix":
+        if parsed.connector == "unix":
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(timeout)
             sock.connect(parsed.path)
-        elif parsed.kind == "redis":
+        elif parsed.connector == "redis":
             host, port = parsed.hosts[0]
             sock = socket.create_connection((host, port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if parsed.tls:
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         else:
-            raise ValueError(f"no raw connection to a {parsed.kind} URL")
+            raise ValueError(f"no raw connection to a {parsed.connector} URL")
         self.sock = sock
         self.reader = hiredis.Reader()
         if parsed.password is not None:
@@ -91,7 +91,7 @@ class RawConnection:
 
 def server_pid(parsed: ParsedURL, info: dict[str, Any]) -> int | None:
     """The pid of the server, when it runs on this machine (a Unix socket or a loopback address)."""
-    local = parsed.kind == "unix" or (parsed.kind == "redis" and parsed.hosts[0][0] in LOCAL_HOSTS)
+    local = parsed.connector == "unix" or (parsed.connector == "redis" and parsed.hosts[0][0] in LOCAL_HOSTS)
     pid = info.get("process_id")
     if not local or not isinstance(pid, int):
         return None

@@ -55,7 +55,7 @@ def single_node(key: str, name: str, unit: str, target: str) -> Callable[[Measur
     def decorate(figure: Measure[P]) -> Measure[P]:
         @functools.wraps(figure)
         def measured(backend: BrakeSettings, /, *args: P.args, **kwargs: P.kwargs) -> Figure:
-            if backend.parsed_url.kind not in RAW_KINDS:
+            if backend.parsed_url.connector not in RAW_KINDS:
                 return Figure(key, name, unit, None, None, None, target, None,
                               "skipped: needs a redis:// or unix:// single node")
             return figure(backend, *args, **kwargs)

@@ -48,7 +48,7 @@ def bench_brake(kind: type[AnyBrake], backend: BrakeSettings, prefix: str, timeo
 
 
 def _is_memory(backend: BrakeSettings) -> bool:
-    return backend.parsed_url.kind == "memory"
+    return backend.parsed_url.connector == "memory"
 
 
 def memory_note(backend: BrakeSettings) -> str:
@@ -288,7 +288,7 @@ def memory_per_session(
     masters. Only on a real Redis (and only on one you may fill with
     `sessions` short-lived keys).
     """
-    name = "Redis memory per session" + (", Cluster" if backend.parsed_url.kind == "cluster" else "")
+    name = "Redis memory per session" + (", Cluster" if backend.parsed_url.connector == "cluster" else "")
     target = f"<= {bound} B"
     if _is_memory(backend):
         return Figure(

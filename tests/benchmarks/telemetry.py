@@ -44,7 +44,7 @@ def _sdk() -> Any:
 
 
 def _note(backend: BrakeSettings) -> str:
-    if backend.parsed_url.kind == "memory":
+    if backend.parsed_url.connector == "memory":
         return "memory:// is the embedded fakeredis (no network); the target is meant for a real Redis"
     return ""
 
