@@ -408,7 +408,9 @@ def load_settings(settings: BrakeSettings | None = None, **given: object) -> Bra
         if settings is not None:
             if not overrides:
                 return settings
-            return BrakeSettings.model_validate({**settings.model_dump(), **overrides})
+            # built (not model_validate'd) so that a bad override raises our own error (InvalidMaxRepeatsError
+            # for a limit), as BrakeSettings(**overrides) does; every field is given, so no variable is read
+            return BrakeSettings(**{**settings.model_dump(), **overrides})
         return BrakeSettings(**overrides)  # raises ConfigurationError itself
     except (ValidationError, SettingsError) as error:
         problem = configuration_error(error, overrides)

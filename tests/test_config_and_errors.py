@@ -259,3 +259,15 @@ def test_a_misspelled_variable_is_named_with_the_closest_setting(monkeypatch: py
     with pytest.warns(RuntimeWarning, match="DISTBRAKE_MAXREPEATS is not a setting.*DISTBRAKE_MAX_REPEATS") as seen:
         assert BrakeSettings().max_repeats == 3
     assert not [w for w in seen if "SOMETHING" in str(w.message)]
+
+
+def test_a_bad_limit_beside_a_settings_object_is_an_invalid_max_repeats_error() -> None:
+    from distbrake import DistributedBrake, InvalidMaxRepeatsError, LoopBrake
+
+    settings = BrakeSettings()
+    with pytest.raises(InvalidMaxRepeatsError, match=r"^invalid max_repeats 0 from argument max_repeats"):
+        LoopBrake(0, settings=settings)
+    with pytest.raises(InvalidMaxRepeatsError, match=r"^invalid max_repeats 0 from argument max_repeats"):
+        DistributedBrake.from_url("memory://bad-limit", settings=settings, max_repeats=0)
+    with pytest.raises(ConfigurationError, match=r"^invalid warn_at from argument warn_at"):
+        LoopBrake(settings=settings, warn_at=0)
