@@ -71,6 +71,20 @@ _COLUMNS = (
 )
 
 
+def _storable(text: str) -> str:
+    """`text` as SQLite can store it: a lone surrogate (valid in a Python str and in JSON, not in UTF-8) is
+    kept as the backslash escapes of its bytes, so such an id is stored, never fails the transaction."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "backslashreplace")
+    return text
+
+
+def _storable_id(text: str | None) -> str | None:
+    return None if text is None else _storable(text)
+
+
 def default_path() -> str:
     """`$XDG_CACHE_HOME/distbrake/streaks.sqlite3`, else `~/.cache/distbrake/streaks.sqlite3`."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -162,7 +176,8 @@ class StreakFile:
         now = time.time()
         counted = []
         with self._transaction() as db:
-            for session, digest, call_id, tool, rules in calls:
+            for raw_session, digest, raw_call_id, raw_tool, rules in calls:
+                session, call_id, tool = _storable(raw_session), _storable_id(raw_call_id), _storable(raw_tool)
                 row = db.execute(
                     f"SELECT {_COLUMNS} FROM streaks WHERE prefix = ? AND session = ? AND expires > ?",
                     (self.prefix, session, now),
@@ -188,6 +203,7 @@ class StreakFile:
     def observe(self, session: str, digest: str, call_id: str | None, result: bytes) -> int:
         """Record a progress-aware call's result digest (the model's `observe`): 2 restarted, 1 recorded, 0 ignored."""
         now = time.time()
+        session, call_id = _storable(session), _storable_id(call_id)
         with self._transaction() as db:
             row = db.execute(
                 f"SELECT {_COLUMNS} FROM streaks WHERE prefix = ? AND session = ? AND expires > ?",
@@ -211,7 +227,7 @@ class StreakFile:
         params: tuple[object, ...] = (self.prefix, now)
         if session is not None:
             query += " AND session = ?"
-            params += (session,)
+            params += (_storable(session),)
         found = []
         with self._lock:
             selected = self._connect().execute(query, params).fetchall()
@@ -223,7 +239,8 @@ class StreakFile:
     def clear(self, session: str) -> bool:
         """Forget `session`'s record; True when there was one."""
         with self._transaction() as db:
-            done = db.execute("DELETE FROM streaks WHERE prefix = ? AND session = ?", (self.prefix, session))
+            done = db.execute("DELETE FROM streaks WHERE prefix = ? AND session = ?",
+                              (self.prefix, _storable(session)))
             return done.rowcount > 0
 
 

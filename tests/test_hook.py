@@ -312,3 +312,21 @@ def test_key_prefixes_keep_apart_in_the_streak_file(tmp_path: Path) -> None:
         assert out(run("claude-code", hook_events.claude_pre(call=f"a{i}"), env, "--key-prefix", "team-a")) == ""
     assert out(run("claude-code", hook_events.claude_pre(call="b0"), env, "--key-prefix", "team-b")) == ""
     assert "deny" in out(run("claude-code", hook_events.claude_pre(call="a2"), env, "--key-prefix", "team-a"))
+
+
+def test_an_id_holding_a_lone_surrogate_is_stored_and_fails_no_other_check(tmp_path: Path) -> None:
+    # JSON (and so a hook event or an HTTP body) may hold "\ud800", which SQLite cannot store as text: it failed
+    # the whole transaction, so every check batched with it (distbrake serve) was lost.
+    from distbrake.model import Rules
+
+    store = StreakFile(tmp_path / "s.sqlite3")
+    digest = "ab" * 32
+    batch = [("s1", digest, None, "ok", Rules(3)), ("s2\ud800", digest, None, "bad\ud800", Rules(3))]
+    assert [count for count, _, _ in store.step_many(batch)] == [1, 1]
+    assert [count for count, _, _ in store.step_many(batch)] == [2, 2]
+    assert {row.session for row in store.rows()} == {"s1", "s2\\xed\\xa0\\x80"}
+    assert store.step("s3", digest, "c\udc00", "t", Rules(3))[:2] == (1, False)
+    assert store.step("s3", digest, "c\udc00", "t", Rules(3))[:2] == (1, True)  # the same call id: a replay
+    brake = FileBrake(tmp_path / "f.sqlite3")
+    assert [brake.check("t\ud800", {}, session_id="x\udc00").count for _ in range(2)] == [1, 2]
+    assert brake.clear("x\udc00")
