@@ -248,7 +248,7 @@ def _key_text(key: object) -> str:
     if isinstance(key, bool):
         return "true" if key else "false"
     if isinstance(key, int):
-        return str(key)
+        return int.__repr__(key)  # a subclass's own str() is not its JSON
     if isinstance(key, float):
         if math.isfinite(key):
             return js_number(key)

@@ -248,3 +248,11 @@ def test_other_number_types_are_refused_naming_the_type_never_the_value(name: st
     with pytest.raises(UnsupportedArgumentsError) as raised:
         call_hash("t", {"a": value})
     assert repr(name) in str(raised.value) and "31337" not in str(raised.value) and "1.25" not in str(raised.value)
+
+
+def test_an_int_subclass_key_is_written_as_the_int() -> None:
+    class Shown(int):
+        def __str__(self) -> str:
+            return "shown"
+
+    assert canonical_json({Shown(5): 1}) == canonical_json({5: 1}) == '{"5":1}'
