@@ -114,6 +114,39 @@ def test_a_sync_cluster_check_waits_for_the_client_build_within_its_timeout(serv
         started = time.monotonic()
         assert brake.check("t", 1, session_id="s").decided_by == "fallback"
         took = time.monotonic() - started
+        building = brake.client._pending  # the build that goes on: let it end while the proxies still answer
+        assert building is not None
+        with contextlib.suppress(Exception):
+            building.result(timeout=10)
         brake.close()
     print(f"first check {took:.3f} s (timeout 0.5 s)")
     assert took <= 0.55
+
+
+def test_a_client_closed_while_it_is_being_built_is_closed_and_not_kept() -> None:
+    import threading
+
+    from distbrake.redis.connect import LazyClient
+
+    release, closed = threading.Event(), threading.Event()
+
+    class Built:
+        def close(self) -> None:
+            closed.set()
+
+        def ping(self) -> bool:
+            return True
+
+    def build() -> Built:
+        release.wait(5)
+        return Built()
+
+    lazy = LazyClient(build, wait=0.01)
+    with pytest.raises(redis.exceptions.TimeoutError):
+        lazy.ping()  # a use: the build goes on in the background
+    lazy.close()
+    release.set()
+    assert closed.wait(5)  # the build ended, and the close that waited for it closed it
+    reopened = LazyClient(build, wait=5)
+    reopened.close()
+    assert reopened.ping() is True  # a use after close builds anew, as redis-py's clients reconnect

@@ -101,6 +101,7 @@ class LazyClient:
         self._client: Any = None
         self._lock = threading.Lock()
         self._pending: concurrent.futures.Future[Any] | None = None
+        self._closes = 0  # how many times the client was closed: a build from before a close is not kept
 
     def __getattr__(self, name: str) -> Any:
         client = self._client
@@ -120,6 +121,7 @@ class LazyClient:
                 pending = self._pending = concurrent.futures.Future()
                 threading.Thread(target=self._run, args=(pending,), name="distbrake-client-build",
                                  daemon=True).start()
+            closes = self._closes
         try:
             client = pending.result(timeout=self._wait)
         except concurrent.futures.TimeoutError:
@@ -127,6 +129,8 @@ class LazyClient:
                 f"the client was not built within {self._wait:.3f} s (its startup nodes do not answer)"
             ) from None
         with self._lock:
+            if self._closes != closes:  # closed while it was being built: `close` closes it (_close_built)
+                raise redis.exceptions.ConnectionError("the client was closed while it was being built")
             self._client = client
         return client
 
@@ -137,9 +141,12 @@ class LazyClient:
             pending.set_exception(error)
 
     def close(self) -> None:
-        """Close the client if it was ever built (or when a build under way ends): closing never connects."""
+        """Close the client if it was ever built (or when a build under way ends): closing never connects.
+
+        A use after `close` builds a client anew (as redis-py's own clients reconnect after `close`)."""
         with self._lock:
             client, pending = self._client, self._pending
+            self._client, self._pending, self._closes = None, None, self._closes + 1
         if client is not None:
             client.close()
         elif pending is not None:
