@@ -292,13 +292,20 @@ def _variables(field: str) -> tuple[str, ...]:
     return (ENV_PREFIX + field.upper(),)
 
 
+# DISTBRAKE_* variables that are not settings but are read by distbrake's own tools (`serve`, its CI and test
+# suite): never taken for a misspelled setting.
+OTHER_VARIABLES = frozenset({
+    "DISTBRAKE_SERVE_TOKEN", "DISTBRAKE_AGENTS_PREFIX", "DISTBRAKE_CI_VENV", "DISTBRAKE_KEEP_REDIS_DIRS",
+})
+
+
 def warn_misspelled_variables(environ: Mapping[str, str]) -> None:
     """A `RuntimeWarning` for each DISTBRAKE_* variable that is no setting but close to one (a typo is
     otherwise ignored silently); Python shows each once."""
     known = [name for field in BrakeSettings.model_fields for name in _variables(field)]
     for name in environ:
         upper = name.upper()
-        if upper.startswith(ENV_PREFIX) and upper not in known:
+        if upper.startswith(ENV_PREFIX) and upper not in known and upper not in OTHER_VARIABLES:
             close = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
             if close:
                 warnings.warn(

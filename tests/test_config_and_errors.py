@@ -256,9 +256,10 @@ def test_a_misspelled_variable_is_named_with_the_closest_setting(monkeypatch: py
 
     monkeypatch.setenv("DISTBRAKE_MAXREPEATS", "5")
     monkeypatch.setenv("DISTBRAKE_SOMETHING_OF_MINE", "x")  # not close to any setting: not ours to judge
+    monkeypatch.setenv("DISTBRAKE_AGENTS_PREFIX", "/tmp/agents")  # close to DISTBRAKE_KEY_PREFIX, but distbrake's own
     with pytest.warns(RuntimeWarning, match="DISTBRAKE_MAXREPEATS is not a setting.*DISTBRAKE_MAX_REPEATS") as seen:
         assert BrakeSettings().max_repeats == 3
-    assert not [w for w in seen if "SOMETHING" in str(w.message)]
+    assert not [w for w in seen if "SOMETHING" in str(w.message) or "AGENTS" in str(w.message)]
 
 
 def test_a_bad_limit_beside_a_settings_object_is_an_invalid_max_repeats_error() -> None:
