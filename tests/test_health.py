@@ -98,36 +98,29 @@ async def test_a_missing_password_is_not_called_a_wrong_one(flavour: str, caplog
         await brake.close()
 
 
+ACL_REFUSALS = [
+    # A user who may not run the script at all: NoPermissionError.
+    pytest.param("noscript on >brake-pw ~distbrake:* resetchannels -@all +hget +hset +ping +script|load",
+                 "NoPermissionError", id="the-script"),
+    # A user who may run the script but not a command in it: Redis answers a ResponseError ("The user
+    # executing the script can't run this command"), which is an ACL refusal, not an outage.
+    pytest.param("noscript on >brake-pw ~distbrake:* resetchannels -@all +evalsha +eval +script|load +hget +hmget "
+                 "+pexpire +pttl +ping", "ResponseError", id="a-command-inside-the-script"),
+]
+
+
+@pytest.mark.parametrize(("user", "error_type"), ACL_REFUSALS)
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_an_acl_refusal_is_named_a_configuration_error(
-    flavour: str, caplog: pytest.LogCaptureFixture,
+    flavour: str, user: str, error_type: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    user = "noscript on >brake-pw ~distbrake:* resetchannels -@all +hget +hset +ping +script|load"
     with RedisServer(acl_users=[user], name="acl") as server:
         brake = build(flavour, server.url_with(username="noscript", password="brake-pw"))
         assert (await brake.check("t", 1)).decided_by == "fallback"
         health = brake.brake.health()
-        assert health.last_error == "NoPermissionError (configuration: ACL refusal)"
+        assert health.last_error == f"{error_type} (configuration: ACL refusal)"
         [line] = errors(caplog)
-        assert "(NoPermissionError (configuration: ACL refusal)): a configuration error, not an outage" in line
-        await brake.close()
-
-
-@pytest.mark.parametrize("flavour", ["sync", "async"])
-async def test_an_acl_refusal_inside_the_script_is_named_a_configuration_error(
-    flavour: str, caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A user who may run the script but not a command in it: Redis answers a ResponseError ("The user
-    executing the script can't run this command"), which is an ACL refusal, not an outage."""
-    user = ("nohset on >brake-pw ~distbrake:* resetchannels -@all +evalsha +eval +script|load +hget +hmget "
-            "+pexpire +pttl +ping")
-    with RedisServer(acl_users=[user], name="acl-script") as server:
-        brake = build(flavour, server.url_with(username="nohset", password="brake-pw"))
-        assert (await brake.check("t", 1)).decided_by == "fallback"
-        health = brake.brake.health()
-        assert health.last_error == "ResponseError (configuration: ACL refusal)"
-        [line] = errors(caplog)
-        assert "(ResponseError (configuration: ACL refusal)): a configuration error, not an outage" in line
+        assert f"({error_type} (configuration: ACL refusal)): a configuration error, not an outage" in line
         assert "unreachable" not in line
         await brake.close()
 
