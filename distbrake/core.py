@@ -11,13 +11,14 @@ Redis brakes differ only in the middle step.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from .errors import BrakeUnavailableError, LoopBrakeError, MissingSessionError
+from .errors import BrakeUnavailableError, LoopBrakeError, LoopBrakeHalt, MissingSessionError
 from .identity import call_hash, hash_prefix
-from .model import ALLOWED, WARNED, Cycle, Rules, judge
+from .model import ALLOWED, WARNED, Counted, Cycle, Halt, Rules, judge
 from .rules import strip_fields, warning_text
 from .session import DEFAULT_SESSION, find_session, resolve_call_id
 from .settings import BrakeSettings
@@ -25,7 +26,10 @@ from .settings import BrakeSettings
 if TYPE_CHECKING:
     from .telemetry.watch import Watch
 
-__all__ = ["DECIDED_BY", "BrakeCore", "Cycle", "DecidedBy", "PreparedCall", "SessionState", "SyncCheck", "Verdict"]
+__all__ = [
+    "DECIDED_BY", "BrakeCore", "Counted", "Cycle", "DecidedBy", "PreparedCall", "SessionState", "SyncCheck", "Verdict",
+    "halt_error",
+]
 
 # Who decided a verdict (`Verdict.decided_by`), one word each:
 #   in-process  LoopBrake, the in-process brake
@@ -161,7 +165,7 @@ class BrakeCore:
             args = strip_fields(args, rules.ignore_fields)
         digest = call_hash(tool, args)  # also refuses a tool name that is not a str
         found = None if call_id is None and context is None else resolve_call_id(call_id, context)
-        if rules.progress and found is None:
+        if found is None and (rules.progress or rules.max_failures is not None):
             found = uuid.uuid4().hex  # the observation of the result must name this very call
         return PreparedCall(tool, digest, session, found, rules)
 
@@ -181,14 +185,15 @@ class BrakeCore:
             )
         return DEFAULT_SESSION
 
-    def judge(
-        self, call: PreparedCall, count: int, replayed: bool, decided_by: DecidedBy, cycle: Cycle | None = None
-    ) -> Verdict:
-        """The verdict for `count` (and a completed `cycle`) by the model's `judge`; raises `LoopBrakeError`
-        on a denial that enforces."""
+    def judge(self, call: PreparedCall, counted: Counted, decided_by: DecidedBy) -> Verdict:
+        """The verdict of a counted call by the model's `judge`; raises `LoopBrakeError` on a denial that
+        enforces (`LoopBrakeHalt` when the session is, or becomes, halted)."""
         rules = call.rules
-        judgement = judge(count, rules, cycle is not None)
-        token = call if rules.progress else None
+        count, replayed, cycle, facts, halt = counted
+        if halt is not None:
+            raise halt_error(halt, call.tool_name, call.session_id, rules.max_repeats, decided_by)
+        judgement = judge(count, rules, cycle is not None, facts, cycle is not None and cycle.halts)
+        token = call if rules.progress or rules.max_failures is not None else None
         if judgement is ALLOWED:  # the common case, built positionally: (count, max_repeats, hash_prefix,
             # session_id, tool_name, allowed, replayed, exempt, decided_by, warning, would_deny, observe_token)
             return Verdict(
@@ -203,26 +208,59 @@ class BrakeCore:
                 observe_token=token,
             )
         enforced = judgement.outcome == "denied"
+        rule = judgement.rule
         logger.warning(
             'loop brake %s tool "%s" in session %r (call %s, count %d, limit %d, %s)',
             "denied" if enforced else "would deny (shadow mode, not enforced)",
             printable(call.tool_name[:64]), call.session_id[:128], prefix, count, rules.max_repeats,
-            f"cycle of {cycle.period} calls" if judgement.rule == "cycle" and cycle is not None else "repeat",
+            f"cycle of {cycle.period} calls" if rule == "cycle" and cycle is not None else rule,
         )
         if not enforced:
             return Verdict(
                 count, rules.max_repeats, prefix, call.session_id, call.tool_name,
                 replayed=replayed, decided_by=decided_by, would_deny=True, observe_token=token,
             )
-        if judgement.rule == "cycle" and cycle is not None:
+        if rule == "halt":
+            by_count = rules.halt_at is not None and count >= rules.halt_at
+            halted = Halt(
+                "repeat" if by_count or cycle is None else "cycle", time.time(), call.tool_name, count,
+                (rules.halt_at or 0) if by_count or cycle is None else self.settings.cycle_halt_repeats or 0,
+                prefix,
+            )
+            raise halt_error(halted, call.tool_name, call.session_id, rules.max_repeats, decided_by)
+        if rule == "cycle" and cycle is not None:
             raise LoopBrakeError(
                 call.tool_name, count, rules.max_repeats, prefix, call.session_id,
                 kind="cycle", period=cycle.period, cycle_repeats=cycle.repeats,
                 cycle_hash_prefixes=cycle.hash_prefixes, cycle_tools=cycle.tools, decided_by=decided_by,
             )
+        if rule == "once":
+            raise LoopBrakeError(
+                call.tool_name, count, rules.max_repeats, prefix, call.session_id, kind="once",
+                decided_by=decided_by, limit=1, done_at=float(facts.once_since),
+            )
+        if rule == "failures":
+            raise LoopBrakeError(
+                call.tool_name, facts.failures, rules.max_repeats, prefix, call.session_id, kind="failures",
+                decided_by=decided_by, limit=rules.max_failures,
+            )
+        if rule == "cap":
+            raise LoopBrakeError(
+                call.tool_name, facts.calls, rules.max_repeats, prefix, call.session_id, kind="cap",
+                decided_by=decided_by, limit=rules.max_calls,
+            )
         raise LoopBrakeError(
             call.tool_name, count, rules.max_repeats, prefix, call.session_id, decided_by=decided_by
         )
+
+
+def halt_error(halt: Halt, tool_name: str, session_id: str, max_repeats: int, decided_by: str | None) -> LoopBrakeHalt:
+    """The error of a check of a halted session (`halt`), or of the call that halted it."""
+    return LoopBrakeHalt(
+        halt.tool_name or tool_name, halt.count, max_repeats, halt.hash_prefix, session_id,
+        decided_by=decided_by, limit=halt.limit or None, halt_rule=halt.kind, since=halt.since, who=halt.who,
+        reason=halt.reason,
+    )
 
 
 class SyncCheck(BrakeCore):

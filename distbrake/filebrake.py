@@ -16,7 +16,6 @@ from fnmatch import fnmatchcase
 from typing import Unpack
 
 from .core import PreparedCall, SessionState, SyncCheck, Verdict
-from .model import CycleRule
 from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .streakfile import Row, StreakFile
@@ -37,23 +36,26 @@ class FileBrake(SyncCheck):
         super().__init__(load_settings(settings, **options))
         s = self.settings
         self.store = StreakFile(path, timeout=s.timeout_seconds, ttl=s.ttl_seconds, prefix=s.key_prefix)
-        self.cycles = CycleRule(s.max_cycle_period, s.cycle_repeats) if s.max_cycle_period else None
+        self.cycles = s.cycle_rule
 
     def __repr__(self) -> str:
         return f"FileBrake({str(self.store.path)!r}, max_repeats={self.max_repeats})"
 
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in the file and judge it."""
-        count, replayed, cycle = self.store.step(
-            call.session_id, call.digest, call.call_id, call.tool_name, call.rules, self.cycles
-        )
-        return self.judge(call, count, replayed, "in-process", cycle)
+        counted = self.store.step(call.session_id, call.digest, call.call_id, call.tool_name, call.rules, self.cycles)
+        return self.judge(call, counted, "in-process")
 
-    def observe(self, verdict: Verdict, result: object) -> None:
-        """After the tool ran: its result, for a progress-aware tool's streak."""
+    def observe(self, verdict: Verdict, result: object, failed: bool | None = None) -> None:
+        """After the tool ran: its result, for a progress-aware tool's streak and a tool's failures in a row
+        (as `LoopBrake.observe`)."""
         call = verdict.observe_token
         if isinstance(call, PreparedCall):
-            self.store.observe(call.session_id, call.digest, call.call_id, result_digest(result))
+            if call.rules.progress:
+                self.store.observe(call.session_id, call.digest, call.call_id, result_digest(result))
+            if call.rules.max_failures is not None:
+                failed = isinstance(result, BaseException) if failed is None else failed
+                self.store.fail(call.session_id, call.tool_name, call.call_id, failed)
 
     def inspect(self, session_id: str) -> SessionState | None:
         rows = self.store.rows(session_id)

@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from typing import Unpack
 
 from .core import PreparedCall, SessionState, SyncCheck, Verdict
-from .model import Cycle, CycleRule, Rules, Streak, observe, step
+from .model import Counted, Rules, Streak, check, fail, observe
 from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .telemetry.build import build_telemetry
@@ -64,14 +64,13 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
         self._records: OrderedDict[str, _Record] = OrderedDict()
         self._ttl = self.settings.ttl_seconds
         self._window = self.settings.timeout_seconds  # the replay window, as in lua/brake.lua
-        period = self.settings.max_cycle_period
-        self._cycles = CycleRule(period, self.settings.cycle_repeats) if period else None
+        self._cycles = self.settings.cycle_rule
 
     def __repr__(self) -> str:
         return f"LoopBrake(max_repeats={self.max_repeats}, sessions={len(self._records)})"
 
-    def record(self, call: PreparedCall) -> tuple[int, bool, Cycle | None]:
-        """Apply the rules to `call`'s session record; returns (count, replayed, the cycle it completes)."""
+    def record(self, call: PreparedCall) -> Counted:
+        """Apply the rules to `call`'s session record (the model's `check`)."""
         now = self._clock()
         records = self._records
         session = call.session_id
@@ -85,9 +84,12 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
             else:
                 fresh = now - (record.expires_at - self._ttl) <= self._window
                 records.move_to_end(session)
-            counted = step(record, call.digest, call.call_id, call.tool_name, fresh, self._cycles)
-            record.expires_at = now + self._ttl
-            record.judged_by = call.rules
+            counted = check(
+                record, call.digest, call.call_id, call.tool_name, fresh, call.rules, self._cycles, time.time()
+            )
+            if counted.halt is None:  # a halted session's checks do not extend its record's TTL
+                record.expires_at = now + self._ttl
+                record.judged_by = call.rules
         return counted
 
     def _expire(self, now: float) -> None:
@@ -108,16 +110,27 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
             if record is not None:
                 observe(record, call.digest, call.call_id, digest)
 
-    def observe(self, verdict: Verdict, result: object) -> None:
-        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak."""
+    def observe_failure(self, call: PreparedCall, failed: bool) -> None:
+        """Record whether `call` (a tool with max_failures) failed: its tool's failures in a row."""
+        with self._lock:
+            record = self._records.get(call.session_id)
+            if record is not None:
+                fail(record, call.tool_name, call.call_id, failed)
+
+    def observe(self, verdict: Verdict, result: object, failed: bool | None = None) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak and a
+        tool's failures in a row (max_failures). `failed`: the call failed (default: `result` is an exception;
+        an MCP result with isError, or a framework's tool error, is a failure too: pass True)."""
         call = verdict.observe_token
         if isinstance(call, PreparedCall):
-            self.observe_digest(call, result_digest(result))
+            if call.rules.progress:
+                self.observe_digest(call, result_digest(result))
+            if call.rules.max_failures is not None:
+                self.observe_failure(call, isinstance(result, BaseException) if failed is None else failed)
 
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in this process and judge it."""
-        count, replayed, cycle = self.record(call)
-        return self.judge(call, count, replayed, "in-process", cycle)
+        return self.judge(call, self.record(call), "in-process")
 
     # -- operations (the same names as the distributed brakes) --------------------
 

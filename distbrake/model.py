@@ -28,6 +28,27 @@ The judgement of a count (`judge`), first match wins:
 A denial in shadow mode (enforce=False) is `would_deny`: the call runs; no
 warning is given in shadow mode.
 
+The ladder (opt-in, per tool or global; `Rules.ladder`), judged in this order
+before the streak rule's warning, first match wins (`judge`):
+
+* `halt_at`: a streak reaching it halts the session (rule `halt`): this
+  call and every later check of the session, any tool, on any worker, are
+  refused until the record expires or an operator lifts it; a cycle repeated
+  `cycle_halt_repeats` times halts too. A halted session's checks count
+  nothing, write nothing, and do not extend the record's TTL (`Halt`);
+* then `repeat` and `cycle` as above;
+* `once`: a call of a once-only tool whose call hash the session already ran
+  (by another call id) is refused (`once`); the session keeps the hash
+  prefixes of its once-only calls that ran, at most ONCE_ENTRIES, the oldest
+  forgotten past it;
+* `max_failures`: the tool failed that many times in a row in the session
+  (`failures`; a success resets it, `fail`);
+* `max_calls`: the call's number among the tool's calls in the session is
+  above it (`cap`; every counted call of the tool counts, refused or not).
+In shadow mode none of them is enforced (would_deny) and nothing is halted.
+A replay is judged again on the same facts (`Facts`): the count it got, its
+call id as the once-only call that ran, its number among the tool's calls.
+
 Progress-aware tools (`progress`): identical calls form a streak only while
 their results are identical too. After the body returns, the result's digest
 is observed (`observe`); a result that differs from the previous identical
@@ -48,17 +69,26 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 __all__ = [
+    "NO_FACTS",
+    "ONCE_ENTRIES",
+    "Counted",
     "Cycle",
     "CycleRule",
+    "Facts",
+    "Halt",
     "Judgement",
     "Rules",
     "Streak",
     "advance",
+    "check",
     "cycle_period",
+    "fail",
     "judge",
     "observe",
     "step",
 ]
+
+ONCE_ENTRIES = 64  # once-only calls a session remembers (hash prefixes); the oldest is forgotten past it
 
 
 class Rules(NamedTuple):
@@ -69,6 +99,15 @@ class Rules(NamedTuple):
     enforce: bool = True
     ignore_fields: tuple[tuple[str, ...], ...] = ()
     progress: bool = False
+    halt_at: int | None = None  # a streak reaching it halts the session
+    once: bool = False  # an identical call that already ran in the session is refused
+    max_failures: int | None = None  # refused after this many failed calls of the tool in a row
+    max_calls: int | None = None  # the tool's calls in a session beyond this are refused
+
+    @property
+    def ladder(self) -> bool:
+        """A rule of the ladder is on (halt_at, once, max_failures, max_calls)."""
+        return self.halt_at is not None or self.once or self.max_failures is not None or self.max_calls is not None
 
 
 class CycleRule(NamedTuple):
@@ -76,11 +115,12 @@ class CycleRule(NamedTuple):
 
     max_period: int
     repeats: int
+    halt_repeats: int | None = None  # a cycle repeated this many times halts the session
 
     @property
     def ring_size(self) -> int:
         """How many counted calls a session's ring keeps."""
-        return self.max_period * self.repeats
+        return self.max_period * max(self.repeats, self.halt_repeats or 0)
 
 
 class Cycle(NamedTuple):
@@ -90,10 +130,48 @@ class Cycle(NamedTuple):
     repeats: int
     hash_prefixes: tuple[str, ...]  # of the cycle's calls, in order, ending with this call's
     tools: tuple[str, ...]  # the tool of each of those calls
+    halts: bool = False  # the cycle is repeated the halt_repeats times that halt the session
+
+
+class Facts(NamedTuple):
+    """What a session's record says of a counted call beyond its count: what the ladder's rules judge."""
+
+    once_since: int = 0  # once-only tools: Unix seconds when another call with this hash ran; 0: none did
+    failures: int = 0  # the tool's failed calls in a row in the session
+    calls: int = 0  # this call's number among the tool's calls in the session (counted when max_calls is set)
+
+
+NO_FACTS = Facts()
+
+HaltKind = Literal["repeat", "cycle", "block", "kill"]
+
+
+class Halt(NamedTuple):
+    """Why a session is halted: by its streak (`repeat`, halt_at), its cycle, or an operator (`block`)."""
+
+    kind: HaltKind
+    since: float  # Unix time the halt began
+    tool_name: str = ""  # the call that halted it (a rule's halt)
+    count: int = 0  # type: ignore[assignment]  # the field shadows tuple.count on purpose
+    limit: int = 0  # halt_at, or cycle_halt_repeats
+    hash_prefix: str = ""
+    who: str = ""  # an operator's block: who, and why
+    reason: str = ""
+
+
+class Counted(NamedTuple):
+    """One check's step in a record: its count, whether a replay, the cycle it completes, the ladder's facts;
+    or, when the session is halted, the halt (nothing was counted)."""
+
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count on purpose
+    replayed: bool = False
+    cycle: Cycle | None = None
+    facts: Facts = NO_FACTS
+    halt: Halt | None = None
 
 
 Outcome = Literal["allowed", "warned", "denied", "would_deny"]
-Rule = Literal["repeat", "cycle"]
+Rule = Literal["halt", "repeat", "cycle", "once", "failures", "cap"]
 
 
 class Judgement(NamedTuple):
@@ -110,22 +188,46 @@ class Judgement(NamedTuple):
 
 ALLOWED = Judgement("allowed")
 WARNED = Judgement("warned")
-DENIED = {"repeat": Judgement("denied", "repeat"), "cycle": Judgement("denied", "cycle")}
-WOULD_DENY = {"repeat": Judgement("would_deny", "repeat"), "cycle": Judgement("would_deny", "cycle")}
+RULES: tuple[Rule, ...] = ("halt", "repeat", "cycle", "once", "failures", "cap")
+DENIED = {rule: Judgement("denied", rule) for rule in RULES}
+WOULD_DENY = {rule: Judgement("would_deny", rule) for rule in RULES}
 
 
-def judge(count: int, rules: Rules, cycle: bool = False) -> Judgement:
-    """The judgement of a call counted `count` (that completes a cycle when `cycle`), by `rules`.
+def judge(
+    count: int, rules: Rules, cycle: bool = False, facts: Facts = NO_FACTS, cycle_halts: bool = False
+) -> Judgement:
+    """The judgement of a call counted `count` (that completes a cycle when `cycle`, one that halts when
+    `cycle_halts`), with the ladder's `facts`, by `rules` (the order is the module's doc's).
 
-    The streak rule comes first: a call at its limit is denied as a repeat
-    even when it also completes a cycle.
+    The streak rule comes before the cycle rule: a call at its limit is denied
+    as a repeat even when it also completes a cycle.
     """
-    if count >= rules.max_repeats or cycle:
-        rule: Rule = "repeat" if count >= rules.max_repeats else "cycle"
+    rule: Rule | None = None
+    if rules.ladder or cycle_halts:
+        rule = _ladder_rule(count, rules, cycle, facts, cycle_halts)
+    elif count >= rules.max_repeats or cycle:
+        rule = "repeat" if count >= rules.max_repeats else "cycle"
+    if rule is not None:
         return DENIED[rule] if rules.enforce else WOULD_DENY[rule]
     if rules.warn_at is not None and count >= rules.warn_at and rules.enforce:
         return WARNED
     return ALLOWED
+
+
+def _ladder_rule(count: int, rules: Rules, cycle: bool, facts: Facts, cycle_halts: bool) -> Rule | None:
+    if cycle_halts or (rules.halt_at is not None and count >= rules.halt_at):
+        return "halt"
+    if count >= rules.max_repeats:
+        return "repeat"
+    if cycle:
+        return "cycle"
+    if rules.once and facts.once_since:
+        return "once"
+    if rules.max_failures is not None and facts.failures >= rules.max_failures:
+        return "failures"
+    if rules.max_calls is not None and facts.calls > rules.max_calls:
+        return "cap"
+    return None
 
 
 def advance(
@@ -177,6 +279,13 @@ class Streak:
     # of the cycle the last and the previous call completed (0: none), for their replays.
     ring: list[tuple[str, str]] | None = None
     cycles: tuple[int, int] = (0, 0)
+    halt: Halt | None = None  # the session is halted (rule or operator): every check is refused
+    # The ladder's state, only for tools whose rules use it: once-only calls that ran (hash prefix, call id,
+    # Unix seconds), oldest first; each tool's failed calls in a row (and the call id of the last one);
+    # each tool's calls in the session.
+    once: list[tuple[str, str | None, int]] | None = None
+    failures: dict[str, tuple[int, str | None]] | None = None
+    calls: dict[str, int] | None = None
 
 
 def step(
@@ -204,6 +313,7 @@ def _ring_step(
 ) -> Cycle | None:
     """The ring step of the cycle rule: the cycle this call completes, if any."""
     ring = streak.ring if streak.ring is not None else []
+    halts = False
     if replayed:  # the same answer as the first time: the last call's, or the previous one's
         last = count == streak.count
         period, end = (streak.cycles[0], len(ring)) if last else (streak.cycles[1], len(ring) - 1)
@@ -211,12 +321,92 @@ def _ring_step(
         ring.append((prefix, tool_name))
         del ring[:-rule.ring_size]
         streak.ring = ring
-        period = cycle_period([entry[0] for entry in ring], rule.max_period, rule.repeats)
+        prefixes = [entry[0] for entry in ring]
+        period = cycle_period(prefixes, rule.max_period, rule.repeats)
         streak.cycles, end = (period, streak.cycles[0]), len(ring)
+        # a cycle repeated halt_repeats times halts the session (a replay never halts: the session would be)
+        halts = bool(period and rule.halt_repeats and cycle_period(prefixes, rule.max_period, rule.halt_repeats))
     if not period or end < period:
         return None
     members = ring[end - period:end]
-    return Cycle(period, rule.repeats, tuple(entry[0] for entry in members), tuple(entry[1] for entry in members))
+    return Cycle(
+        period, rule.repeats, tuple(entry[0] for entry in members), tuple(entry[1] for entry in members),
+        not replayed and halts,
+    )
+
+
+def check(
+    streak: Streak, digest: str, call_id: str | None, tool_name: str, fresh: bool, rules: Rules,
+    cycles: CycleRule | None = None, now: float = 0.0,
+) -> Counted:
+    """One check in `streak` (changed in place): the streak step, then the ladder's facts and its effects
+    (the once-only call that ran, the halt), all judged by `judge` as the verdict will be.
+
+    A halted session counts nothing: its `Counted` has the halt. `now`: Unix time (a halt's or a once-only
+    call's time).
+    """
+    if streak.halt is not None:
+        return Counted(0, halt=streak.halt)
+    count, replayed, cycle = step(streak, digest, call_id, tool_name, fresh, cycles)
+    cycle_halts = cycle is not None and cycle.halts
+    if not rules.ladder and not cycle_halts:
+        return Counted(count, replayed, cycle)
+    facts = _facts(streak, digest, call_id, tool_name, count, replayed, rules)
+    judgement = judge(count, rules, cycle is not None, facts, cycle_halts)
+    if not replayed and judgement.outcome == "denied" and judgement.rule == "halt":
+        by_count = rules.halt_at is not None and count >= rules.halt_at
+        if by_count or cycles is None:
+            streak.halt = Halt("repeat", now, tool_name, count, rules.halt_at or 0, digest[:12])
+        else:
+            streak.halt = Halt("cycle", now, tool_name, count, cycles.halt_repeats or 0, digest[:12])
+    elif rules.once and not replayed and judgement.outcome != "denied" and not facts.once_since:
+        once = streak.once if streak.once is not None else []
+        once.append((digest[:ONCE_PREFIX], call_id, int(now)))
+        del once[:-ONCE_ENTRIES]
+        streak.once = once
+    return Counted(count, replayed, cycle, facts)
+
+
+ONCE_PREFIX = 16  # hex characters of the call hash a once-only call is remembered by (8 bytes)
+
+
+def _facts(
+    streak: Streak, digest: str, call_id: str | None, tool_name: str, count: int, replayed: bool, rules: Rules
+) -> Facts:
+    """The ladder's facts of a call just stepped (and its effect on the tool's call count)."""
+    once_since = 0
+    if rules.once and streak.once:
+        prefix = digest[:ONCE_PREFIX]
+        ran = next((entry for entry in streak.once if entry[0] == prefix), None)
+        if ran is not None and not (replayed and ran[1] == call_id):
+            once_since = ran[2]
+    failures = 0
+    if rules.max_failures is not None and streak.failures:
+        failures = streak.failures.get(tool_name, (0, None))[0]
+    number = 0
+    if rules.max_calls is not None:
+        calls = streak.calls if streak.calls is not None else {}
+        if replayed:  # its number then: the tool's calls less those counted since (the last call, or none)
+            number = calls.get(tool_name, 0) - (streak.count - count)
+        else:
+            number = calls[tool_name] = calls.get(tool_name, 0) + 1
+            streak.calls = calls
+    return Facts(once_since, failures, number)
+
+
+def fail(streak: Streak, tool_name: str, call_id: str | None, failed: bool) -> None:
+    """Record whether a call of `tool_name` failed (max_failures): a failure adds one to the tool's failures
+    in a row (the same call id observed twice counts once), a success resets them. Ignored when halted."""
+    if streak.halt is not None:
+        return
+    failures = streak.failures if streak.failures is not None else {}
+    if failed:
+        number, last = failures.get(tool_name, (0, None))
+        if call_id is None or last != call_id:
+            failures[tool_name] = (number + 1, call_id)
+            streak.failures = failures
+    elif failures.pop(tool_name, None) is not None and not failures:
+        streak.failures = None
 
 
 def observe(streak: Streak, digest: str, call_id: str | None, result: bytes) -> int:

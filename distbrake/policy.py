@@ -29,6 +29,7 @@ from collections.abc import Callable
 from .core import BrakeCore, PreparedCall, Verdict, printable
 from .errors import BrakeUnavailableError, LoopBrakeError
 from .inprocess import LoopBrake
+from .model import Counted
 from .redis_errors import classify
 from .telemetry.health import HealthWatch
 from .telemetry.recorder import Recorder
@@ -228,12 +229,10 @@ class FailureHandler:
                 0, call.max_repeats, call.hash_prefix, call.session_id, call.tool_name,
                 decided_by="fail-open",
             )
-        if own_delay and not self.breaker.down:
-            count, replayed, cycle = 1, False, None  # Redis is up: leave nothing behind in the fallback
-        else:
-            count, replayed, cycle = self.local.record(call)
+        # Redis is up (the brake's own delay): leave nothing behind in the fallback
+        counted = Counted(1) if own_delay and not self.breaker.down else self.local.record(call)
         try:
-            return self._brake.judge(call, count, replayed, "fallback", cycle)
+            return self._brake.judge(call, counted, "fallback")
         except LoopBrakeError as denial:
             mark_decided_by(denial, "fallback")
             raise

@@ -14,7 +14,11 @@ the seed's rule is unchanged unless a user opts in:
   only while their results are identical too: after the body returns, the
   result's digest is observed, and a result that differs from the previous
   identical call's restarts the streak at 1;
-* `exempt`: the tool is never checked or counted.
+* `exempt`: the tool is never checked or counted;
+* the ladder (`model.py` states each rule): `halt_at` (a streak reaching it
+  halts the session), `once` (an identical call that already ran in the
+  session is refused), `max_failures` (refused after that many failed calls
+  in a row), `max_calls` (the tool's calls in a session beyond it are refused).
 
 `ToolRules` is what a user writes per tool (`BrakeSettings.tools`);
 `model.Rules` is what one tool's checks are judged by once the global
@@ -88,6 +92,8 @@ def count_in(value: object, what: str, low: int, high: int, off: str = "") -> in
 
 # warn_at, globally and per tool: an int >= 1, or None (unset).
 WarnAt = Annotated[int | None, BeforeValidator(lambda value: None if value is None else positive_int(value, "warn_at"))]
+# halt_at, max_failures, max_calls and cycle_halt_repeats: an int >= 1, or None (off).
+Count = Annotated[int | None, BeforeValidator(lambda value: None if value is None else positive_int(value, "it"))]
 
 
 class ToolRules(BaseModel):
@@ -101,6 +107,10 @@ class ToolRules(BaseModel):
     ignore_fields: tuple[str, ...] = ()
     progress: bool = False
     exempt: bool = False
+    halt_at: Count = None
+    once: bool = False
+    max_failures: Count = None
+    max_calls: Count = None
 
     @field_validator("max_repeats", mode="before")
     @classmethod

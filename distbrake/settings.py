@@ -22,8 +22,8 @@ from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_va
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from .errors import ConfigurationError, InvalidMaxRepeatsError
-from .model import Rules
-from .rules import ToolRules, WarnAt, count_in, normalize_max_repeats
+from .model import CycleRule, Rules
+from .rules import Count, ToolRules, WarnAt, count_in, normalize_max_repeats
 from .telemetry.options import TelemetryOptions
 from .urls import ParsedURL, parse_url, redact_url
 
@@ -69,6 +69,9 @@ class BrakeOptions(TelemetryOptions, total=False):
     max_cycle_period: int | None
     cycle_repeats: int | None
     require_session: bool | None
+    halt_at: int | None
+    max_failures: int | None
+    cycle_halt_repeats: int | None
 
 
 def resolve_max_repeats(
@@ -164,6 +167,18 @@ class BrakeSettings(BaseSettings):
         default=3, description="How many full repetitions of a cycle deny its last call (2..10).",
     )
 
+    halt_at: Count = Field(
+        default=None,
+        description="A streak reaching this count halts the session: its later checks are refused (> max_repeats).",
+    )
+    max_failures: Count = Field(
+        default=None, description="Refuse a tool after this many failed calls of it in a row in a session.",
+    )
+    cycle_halt_repeats: Count = Field(
+        default=None,
+        description="A cycle repeated this many times halts the session (> cycle_repeats, <= 10; needs cycles on).",
+    )
+
     @field_validator("max_cycle_period", mode="before")
     @classmethod
     def _check_cycle_period(cls, value: object) -> int:
@@ -216,11 +231,23 @@ class BrakeSettings(BaseSettings):
             raise ValueError(f"exempt_tools|tools both exempt and given a limit: {both}")
         if self.warn_at is not None and self.warn_at >= self.max_repeats:
             raise ValueError(f"warn_at|{self.warn_at} must be below max_repeats ({self.max_repeats})")
+        if self.halt_at is not None and self.halt_at <= self.max_repeats:
+            raise ValueError(f"halt_at|{self.halt_at} must be above max_repeats ({self.max_repeats})")
+        if self.cycle_halt_repeats is not None:
+            if not self.max_cycle_period:
+                raise ValueError("cycle_halt_repeats|needs the cycle rule on (max_cycle_period 2..4)")
+            if not self.cycle_repeats < self.cycle_halt_repeats <= MAX_CYCLE_REPEATS:
+                raise ValueError(
+                    f"cycle_halt_repeats|{self.cycle_halt_repeats} must be above cycle_repeats ({self.cycle_repeats})"
+                    f" and at most {MAX_CYCLE_REPEATS}"
+                )
         rules: dict[str, Rules | None] = {}
         for tool in sorted({*self.tools, *self.tool_max_repeats, *self.exempt_tools}):
             rules[tool] = self._rules_of(tool, self.tools.get(tool, ToolRules()))
         self._rules = rules
-        self._default_rules = Rules(self.max_repeats, self.warn_at, self.enforce)
+        self._default_rules = Rules(
+            self.max_repeats, self.warn_at, self.enforce, halt_at=self.halt_at, max_failures=self.max_failures
+        )
         return self
 
     def _rules_of(self, tool: str, given: ToolRules) -> Rules | None:
@@ -229,8 +256,11 @@ class BrakeSettings(BaseSettings):
         if alias is not None and given.max_repeats is not None and alias != given.max_repeats:
             raise ValueError(f"{where} max_repeats {given.max_repeats} disagrees with tool_max_repeats ({alias})")
         if given.exempt or tool in self.exempt_tools:
+            ladder = (given.halt_at, given.max_failures, given.max_calls)
             if given.max_repeats is not None or alias is not None or given.warn_at is not None:
                 raise ValueError(f"{where} is exempt and also given a limit or warn_at")
+            if given.once or any(value is not None for value in ladder):
+                raise ValueError(f"{where} is exempt and also given halt_at, once, max_failures or max_calls")
             return None
         limit = given.max_repeats or alias or self.max_repeats
         warn_at = given.warn_at
@@ -244,7 +274,12 @@ class BrakeSettings(BaseSettings):
             )
         enforce = self.enforce if given.enforce is None else given.enforce
         paths = tuple(tuple(path.split(".")) for path in given.ignore_fields)
-        return Rules(limit, warn_at, enforce, paths, given.progress)
+        halt_at = given.halt_at if given.halt_at is not None else self.halt_at
+        if halt_at is not None and halt_at <= limit:
+            source = f"{where}.halt_at {halt_at}" if given.halt_at is not None else f"{where}: halt_at {halt_at}"
+            raise ValueError(f"{source} must be above the tool's max_repeats ({limit})")
+        max_failures = given.max_failures if given.max_failures is not None else self.max_failures
+        return Rules(limit, warn_at, enforce, paths, given.progress, halt_at, given.once, max_failures, given.max_calls)
 
     _parsed_url: ParsedURL | None = PrivateAttr(default=None)
     _rules: dict[str, Rules | None] = PrivateAttr(default_factory=dict)
@@ -261,6 +296,13 @@ class BrakeSettings(BaseSettings):
     def shown_url(self) -> str:
         """The backend URL as it may be shown: password redacted, the default filled in."""
         return redact_url(DEFAULT_URL if self.url is None else self.url)
+
+    @property
+    def cycle_rule(self) -> CycleRule | None:
+        """The cycle rule (None: off)."""
+        if not self.max_cycle_period:
+            return None
+        return CycleRule(self.max_cycle_period, self.cycle_repeats, self.cycle_halt_repeats)
 
     def rules_for(self, tool: str) -> Rules | None:
         """What a check of `tool` is judged by, or None when the tool is exempt."""

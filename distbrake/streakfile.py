@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from .model import Cycle, CycleRule, Rules, Streak, observe, step
+from .model import Counted, CycleRule, Halt, Rules, Streak, check, fail, observe
 
 __all__ = ["DEFAULT_MAX_REPEATS", "DEFAULT_TIMEOUT", "DEFAULT_TTL", "Row", "StreakFile", "default_path"]
 
@@ -62,12 +62,14 @@ CREATE TABLE IF NOT EXISTS streaks (
     max_repeats INTEGER,
     warn_at INTEGER,
     enforce INTEGER,
+    ladder TEXT,
     PRIMARY KEY (prefix, session)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS streaks_expires ON streaks (expires);
 """
 _COLUMNS = (
-    "digest, count, call_id, previous_id, tool, result, ring, cycles, updated, expires, max_repeats, warn_at, enforce"
+    "digest, count, call_id, previous_id, tool, result, ring, cycles, updated, expires, max_repeats, warn_at, enforce,"
+    " ladder"
 )
 
 
@@ -101,6 +103,7 @@ class Row(NamedTuple):
     updated: float  # Unix time of the last check
     expires: float  # Unix time the record is forgotten
     rules: Rules | None
+    halt: Halt | None = None  # the session is halted
 
 
 class StreakFile:
@@ -135,6 +138,9 @@ class StreakFile:
                 db.execute("PRAGMA synchronous = NORMAL")
                 if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'streaks'").fetchone() is None:
                     db.executescript(_SCHEMA)
+                elif not any(column[1] == "ladder" for column in db.execute("PRAGMA table_info(streaks)")):
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                        db.execute("ALTER TABLE streaks ADD COLUMN ladder TEXT")  # a file of an earlier version
             except BaseException:
                 db.close()
                 raise
@@ -161,13 +167,13 @@ class StreakFile:
     def step(
         self, session: str, digest: str, call_id: str | None, tool: str, rules: Rules,
         cycles: CycleRule | None = None,
-    ) -> tuple[int, bool, Cycle | None]:
-        """Count one call in `session`'s record: (count, replayed, the cycle it completes), as `LoopBrake.record`."""
+    ) -> Counted:
+        """Count one call in `session`'s record (the model's `check`), as `LoopBrake.record`."""
         return self.step_many([(session, digest, call_id, tool, rules)], cycles)[0]
 
     def step_many(
         self, calls: Sequence[tuple[str, str, str | None, str, Rules]], cycles: CycleRule | None = None,
-    ) -> list[tuple[int, bool, Cycle | None]]:
+    ) -> list[Counted]:
         """`step` for each of `calls` (session, digest, call id, tool, rules) in order, in one transaction.
 
         A server batches the checks that arrive together: one lock and one commit for all of them, each
@@ -184,21 +190,47 @@ class StreakFile:
                 ).fetchone()
                 streak = Streak() if row is None else _streak(row)
                 fresh = row is not None and now - row[8] <= self.timeout
-                counted.append(step(streak, digest, call_id, tool, fresh, cycles))
-                db.execute(
-                    f"INSERT OR REPLACE INTO streaks (prefix, session, {_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        self.prefix, session, streak.digest, streak.count, streak.call_id, streak.previous_id,
-                        streak.tool_name, streak.result, None if streak.ring is None else orjson.dumps(streak.ring),
-                        orjson.dumps(streak.cycles), now, now + self.ttl, rules.max_repeats, rules.warn_at,
-                        int(rules.enforce),
-                    ),
-                )
+                one = check(streak, digest, call_id, tool, fresh, rules, cycles, now)
+                counted.append(one)
+                if one.halt is not None:
+                    continue  # a halted session: nothing counted, nothing written, its expiry unchanged
+                self._write(db, session, streak, now, now + self.ttl, rules)
             self._steps += 1
             if self._steps % PURGE_EVERY == 1:  # expired records go now and then (the first step of each process)
                 db.execute("DELETE FROM streaks WHERE expires <= ?", (now,))
         return counted
+
+    def _write(
+        self, db: sqlite3.Connection, session: str, streak: Streak, updated: float, expires: float, rules: Rules | None,
+    ) -> None:
+        db.execute(
+            f"INSERT OR REPLACE INTO streaks (prefix, session, {_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.prefix, session, streak.digest, streak.count, streak.call_id, streak.previous_id,
+                streak.tool_name, streak.result, None if streak.ring is None else orjson.dumps(streak.ring),
+                orjson.dumps(streak.cycles), updated, expires, None if rules is None else rules.max_repeats,
+                None if rules is None else rules.warn_at, None if rules is None else int(rules.enforce),
+                _ladder_text(streak),
+            ),
+        )
+
+    def fail(self, session: str, tool: str, call_id: str | None, failed: bool) -> None:
+        """Record whether a call of `tool` failed (the model's `fail`, max_failures)."""
+        now = time.time()
+        session, tool, call_id = _storable(session), _storable(tool), _storable_id(call_id)
+        with self._transaction() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM streaks WHERE prefix = ? AND session = ? AND expires > ?",
+                (self.prefix, session, now),
+            ).fetchone()
+            if row is not None:
+                streak = _streak(row)
+                fail(streak, tool, call_id, failed)
+                db.execute(
+                    "UPDATE streaks SET ladder = ? WHERE prefix = ? AND session = ?",
+                    (_ladder_text(streak), self.prefix, session),
+                )
 
     def observe(self, session: str, digest: str, call_id: str | None, result: bytes) -> int:
         """Record a progress-aware call's result digest (the model's `observe`): 2 restarted, 1 recorded, 0 ignored."""
@@ -233,7 +265,7 @@ class StreakFile:
             selected = self._connect().execute(query, params).fetchall()
         for row in selected:
             rules = None if row[11] is None else Rules(row[11], row[12], bool(row[13]))
-            found.append(Row(row[0], row[5], row[1], row[2], row[9], row[10], rules))
+            found.append(Row(row[0], row[5], row[1], row[2], row[9], row[10], rules, _ladder(row[14]).halt))
         return found
 
     def clear(self, session: str) -> bool:
@@ -247,12 +279,44 @@ class StreakFile:
 def _streak(row: tuple[Any, ...]) -> Streak:
     digest, count, call_id, previous_id, tool, result, ring, cycles = row[:8]
     last, previous = orjson.loads(cycles) if cycles else (0, 0)
-    return Streak(
-        str(digest), int(count), _text(call_id), _text(previous_id), str(tool),
-        result if isinstance(result, bytes) else None,
-        None if ring is None else [(str(a), str(b)) for a, b in orjson.loads(ring)],
-        (int(last), int(previous)),
-    )
+    streak = _ladder(row[13])
+    streak.digest, streak.count, streak.call_id, streak.previous_id, streak.tool_name = (
+        str(digest), int(count), _text(call_id), _text(previous_id), str(tool))
+    streak.result = result if isinstance(result, bytes) else None
+    streak.ring = None if ring is None else [(str(a), str(b)) for a, b in orjson.loads(ring)]
+    streak.cycles = (int(last), int(previous))
+    return streak
+
+
+def _ladder_text(streak: Streak) -> str | None:
+    """The ladder's state of `streak` as the column `ladder` keeps it (JSON; None when there is none)."""
+    state: dict[str, Any] = {}
+    if streak.halt is not None:
+        state["halt"] = list(streak.halt)
+    if streak.once:
+        state["once"] = streak.once
+    if streak.failures:
+        state["failures"] = streak.failures
+    if streak.calls:
+        state["calls"] = streak.calls
+    return orjson.dumps(state).decode() if state else None
+
+
+def _ladder(text: object) -> Streak:
+    """A `Streak` holding only the ladder's state of a `ladder` column."""
+    streak = Streak()
+    if not isinstance(text, str) or not text:
+        return streak
+    state = orjson.loads(text)
+    if "halt" in state:
+        streak.halt = Halt(*state["halt"])
+    if "once" in state:
+        streak.once = [(str(p), _text(i), int(t)) for p, i, t in state["once"]]
+    if "failures" in state:
+        streak.failures = {str(k): (int(n), _text(i)) for k, (n, i) in state["failures"].items()}
+    if "calls" in state:
+        streak.calls = {str(k): int(n) for k, n in state["calls"].items()}
+    return streak
 
 
 def _text(value: object) -> str | None:

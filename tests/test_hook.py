@@ -322,8 +322,8 @@ def test_an_id_holding_a_lone_surrogate_is_stored_and_fails_no_other_check(tmp_p
     store = StreakFile(tmp_path / "s.sqlite3")
     digest = "ab" * 32
     batch = [("s1", digest, None, "ok", Rules(3)), ("s2\ud800", digest, None, "bad\ud800", Rules(3))]
-    assert [count for count, _, _ in store.step_many(batch)] == [1, 1]
-    assert [count for count, _, _ in store.step_many(batch)] == [2, 2]
+    assert [count for count, *_ in store.step_many(batch)] == [1, 1]
+    assert [count for count, *_ in store.step_many(batch)] == [2, 2]
     assert {row.session for row in store.rows()} == {"s1", "s2\\xed\\xa0\\x80"}
     assert store.step("s3", digest, "c\udc00", "t", Rules(3))[:2] == (1, False)
     assert store.step("s3", digest, "c\udc00", "t", Rules(3))[:2] == (1, True)  # the same call id: a replay

@@ -134,9 +134,14 @@ def _light(event: HookEvent, session: str, options: HookOptions) -> Decision | N
     store = StreakFile(options.store, timeout=options.timeout or DEFAULT_TIMEOUT,
                        prefix=options.key_prefix or DEFAULT_PREFIX)
     try:
-        count, _, _ = store.step(session, digest, event.call_id, event.tool, rules)
+        counted = store.step(session, digest, event.call_id, event.tool, rules)
     finally:
         store.close()
+    if counted.halt is not None:  # an operator blocked the session (the default rules halt nothing)
+        from ..core import halt_error
+
+        return Decision("halt", str(halt_error(counted.halt, event.tool, session, rules.max_repeats, "in-process")))
+    count = counted.count
     if judge(count, rules) is ALLOWED:
         return None
     from ..errors import LoopBrakeError  # the error every brake raises for this count: its text is the reason

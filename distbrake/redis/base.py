@@ -212,9 +212,9 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
 
     def verdict(self, call: PreparedCall, reply: object, ticket: int) -> Verdict:
         """The script's reply to the check holding `ticket` as a verdict (raises `LoopBrakeError` on denial)."""
-        count, replayed, cycle = decode_reply(reply, self.settings.cycle_repeats)
+        counted = decode_reply(reply, self.settings.cycle_repeats)
         self.failures.succeeded(ticket)
-        return self.judge(call, count, replayed, "redis", cycle)
+        return self.judge(call, counted, "redis")
 
     def without_redis(self, call: PreparedCall, error: BaseException | None, ticket: int = NO_TRY) -> Verdict:
         """Apply the failure policy; `error` is None when Redis is known down and was not asked.

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import cast
 
-from ..core import Cycle, PreparedCall, SessionState
+from ..core import Counted, Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
 from .contract import (
     ABOUT_PACKED_UUID,
@@ -274,8 +274,9 @@ def run_replies(reply: object, size: int) -> list[object]:
     return [((last - size + 1 + i) << REPLY_COUNT_SHIFT) | replayed for i in range(size)]
 
 
-def decode_reply(reply: object, repeats: int = 0) -> tuple[int, bool, Cycle | None]:
-    """The script's reply into (count, replayed, the cycle the call completes); else `ScriptReplyError`.
+def decode_reply(reply: object, repeats: int = 0) -> Counted:
+    """The script's reply as the model's `Counted` (count, replayed, the cycle the call completes); else
+    `ScriptReplyError`.
 
     An integer is a plain answer; an array (cycles on, `repeats` = cycle_repeats)
     adds the cycle: its period, its calls' hash prefixes (hex) and their tools.
@@ -285,7 +286,7 @@ def decode_reply(reply: object, repeats: int = 0) -> tuple[int, bool, Cycle | No
         reply, cycle = _decode_cycle(reply, repeats)
     if not isinstance(reply, int) or isinstance(reply, bool) or reply < REPLY_COUNT:
         raise ScriptReplyError(f"unexpected reply from the brake script: {type(reply).__name__}")
-    return reply >> REPLY_COUNT_SHIFT, bool(reply & REPLY_REPLAYED), cycle
+    return Counted(reply >> REPLY_COUNT_SHIFT, bool(reply & REPLY_REPLAYED), cycle)
 
 
 def _decode_cycle(reply: list[object], repeats: int) -> tuple[object, Cycle]:

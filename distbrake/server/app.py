@@ -94,8 +94,8 @@ class _Server:
         call = brake.prepare(tool, args, session, call_id)
         if isinstance(call, Verdict):  # an exempt tool
             return call
-        count, replayed, cycle = await self.steps.step(call)
-        judged: Verdict = brake.judge(call, count, replayed, "in-process", cycle)
+        counted = await self.steps.step(call)
+        judged: Verdict = brake.judge(call, counted, "in-process")
         return judged
 
     def authorized(self, request: Request) -> bool:
