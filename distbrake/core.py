@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import BrakeUnavailableError, LoopBrakeError, LoopBrakeHalt, MissingSessionError
 from .identity import call_hash, hash_prefix
+from .killswitch import KillSwitch
 from .model import ALLOWED, WARNED, Counted, Cycle, Halt, Rules, judge
 from .rules import strip_fields, warning_text
 from .session import DEFAULT_SESSION, find_session, resolve_call_id
@@ -86,6 +87,12 @@ class SessionState:
     max_repeats: int | None = None
     warn_at: int | None = None
     enforcing: bool | None = None
+    halt: Halt | None = None  # the session is halted: why, since when, by whom
+
+    @property
+    def halted(self) -> bool:
+        """The session is halted (by a rule or an operator): every check of it is refused."""
+        return self.halt is not None
 
     @property
     def rules(self) -> Rules | None:
@@ -139,6 +146,9 @@ class BrakeCore:
 
     settings: BrakeSettings
     watch: Watch | None = None  # what reports each check (telemetry/build.py); None: nothing does
+    # The fleet's kill switch as this brake knows it (killswitch.py): a check whose `switch.pending` is not None
+    # takes its slow path, `switch.consult` (which raises LoopBrakeHalt while the switch is set)
+    switch: KillSwitch = KillSwitch("")
 
     def __init__(self, settings: BrakeSettings) -> None:
         self.settings = settings
@@ -274,6 +284,8 @@ class SyncCheck(BrakeCore):
         start = 0.0 if watch is None else watch.start()
         try:
             call = self.prepare(tool, args, session_id, call_id, context)
+            if self.switch.pending is not None:
+                self.switch.consult(call)
             verdict = call if isinstance(call, Verdict) else self.decide(call)
         except (LoopBrakeError, BrakeUnavailableError) as error:
             if watch is not None:

@@ -16,7 +16,9 @@ from fnmatch import fnmatchcase
 from typing import Unpack
 
 from .core import PreparedCall, SessionState, SyncCheck, Verdict
-from .model import Counted, Rules, Streak, check, fail, observe
+from .killswitch import KillSwitch, Stop
+from .model import Counted, Halt, Rules, Streak, check, fail, observe
+from .operator import KillState, OperatorMixin
 from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .telemetry.build import build_telemetry
@@ -36,9 +38,10 @@ class _Record(Streak):
 
     expires_at: float = 0.0  # on the brake's clock (monotonic); last update = expires_at - ttl
     judged_by: Rules = UNJUDGED
+    updated: float = 0.0  # a record an operator's block made (never checked): Unix time of the block
 
 
-class LoopBrake(Healthy, GuardMixin, SyncCheck):
+class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
     """The in-process brake: one record per session in this process, locked, TTL-bounded."""
 
     def __init__(
@@ -65,6 +68,7 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
         self._ttl = self.settings.ttl_seconds
         self._window = self.settings.timeout_seconds  # the replay window, as in lua/brake.lua
         self._cycles = self.settings.cycle_rule
+        self.switch = KillSwitch("in-process")  # this process's own: block_all sets it
 
     def __repr__(self) -> str:
         return f"LoopBrake(max_repeats={self.max_repeats}, sessions={len(self._records)})"
@@ -78,6 +82,9 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
             if records and next(iter(records.values())).expires_at <= now:
                 self._expire(now)
             record = records.get(session)
+            if record is not None and record.expires_at <= now:  # a block's own TTL may end before others'
+                del records[session]
+                record = None
             if record is None:
                 record = records[session] = _Record()
                 fresh = False
@@ -136,19 +143,25 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
 
     def _state(self, session_id: str, record: _Record, now: float) -> SessionState:
         left = max(0.0, record.expires_at - now)
-        updated = time.time() - (self._ttl - left)
+        updated = time.time() - (self._ttl - left) if record.judged_by is not UNJUDGED else record.updated
         rules = record.judged_by
         return SessionState(
             session_id, record.tool_name, record.digest[:12], record.count, left, updated,
-            max_repeats=rules.max_repeats, warn_at=rules.warn_at, enforcing=rules.enforce,
+            max_repeats=rules.max_repeats if rules is not UNJUDGED else None, warn_at=rules.warn_at,
+            enforcing=rules.enforce if rules is not UNJUDGED else None, halt=record.halt,
         )
+
+    def _live(self, now: float) -> Iterator[tuple[str, _Record]]:
+        """The records not expired (under the lock): a block's TTL may end before the records after it."""
+        self._expire(now)
+        return ((session, record) for session, record in self._records.items() if record.expires_at > now)
 
     def inspect(self, session_id: str) -> SessionState | None:
         now = self._clock()
         with self._lock:
             self._expire(now)
             record = self._records.get(session_id)
-            return None if record is None else self._state(session_id, record, now)
+            return None if record is None or record.expires_at <= now else self._state(session_id, record, now)
 
     def clear(self, session_id: str) -> bool:
         with self._lock:
@@ -160,7 +173,7 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
             self._expire(now)
             states = [
                 self._state(session, record, now)
-                for session, record in self._records.items()
+                for session, record in self._live(now)
                 if match is None or fnmatchcase(session, match)
             ]
         return iter(states)
@@ -169,3 +182,42 @@ class LoopBrake(Healthy, GuardMixin, SyncCheck):
         """Forget every session's streak."""
         with self._lock:
             self._records.clear()
+
+    # -- the operator's stop (operator.py) -----------------------------------------------------------
+
+    def _matching(self, match: str, halted: bool) -> Iterator[str]:
+        with self._lock:
+            found = [session for session, record in self._live(self._clock())
+                     if fnmatchcase(session, match) and (record.halt is not None or not halted)]
+        return iter(found)
+
+    def _block_one(self, session_id: str, halt: Halt, ttl: float | None) -> bool:
+        now = self._clock()
+        with self._lock:
+            record = self._records.get(session_id)
+            if record is None or record.expires_at <= now:
+                record = self._records[session_id] = _Record(updated=halt.since)
+            record.halt = halt
+            record.expires_at = now + (self._ttl if ttl is None else ttl)
+        return True
+
+    def _unblock_one(self, session_id: str) -> bool:
+        with self._lock:
+            record = self._records.get(session_id)
+            if record is None or record.halt is None:
+                return False
+            del self._records[session_id]
+            return True
+
+    def _set_kill(self, halt: Halt, ttl: float | None) -> None:
+        self.switch.set(Stop(halt, None if ttl is None else time.monotonic() + ttl))
+
+    def _clear_kill(self) -> bool:
+        was = self.switch.stop is not None
+        self.switch.set(None)
+        return was
+
+    def kill_switch(self) -> KillState | None:
+        """The kill switch (`block_all`), or None when it is not set."""
+        stop = self.switch.stop
+        return None if stop is None else KillState(stop.halt, stop.seconds_left)

@@ -34,6 +34,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], ...]] = {
     "clear": (("DEL", "{key}"),),
     "ping": (("PING",),),
     "the fleet view (written by checks)": (("HINCRBY", "{key}", "n", "1"), ("PEXPIRE", "{key}", "1000")),
+    "the kill switch (read by checks, set by block --all)": (("GET", "{key}"), ("SET", "{key}", "x", "PX", "1000")),
     "stats and top": (("HGETALL", "{key}"),),
 }
 

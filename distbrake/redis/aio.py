@@ -18,6 +18,9 @@ import redis.exceptions
 
 from ..core import SessionState, Verdict
 from ..errors import BrakeUnavailableError, EventLoopError, LoopBrakeError
+from ..killswitch import AsyncReader, Stop
+from ..model import Halt
+from ..operator import AsyncOperatorMixin, KillState
 from ..policy import NO_TRY
 from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
@@ -33,10 +36,11 @@ logger = logging.getLogger("distbrake")
 SCAN_BATCH = 500
 
 
-class AsyncDistributedBrake(DistributedBase):
+class AsyncDistributedBrake(AsyncOperatorMixin, DistributedBase):
     """The loop brake for asyncio code; `check` is a coroutine."""
 
     asynchronous = True
+    switch: AsyncReader
 
     def __init__(
         self, client: Any, *, settings: BrakeSettings | None = None, url: str | None = None,
@@ -46,6 +50,7 @@ class AsyncDistributedBrake(DistributedBase):
         self._batcher = self._new_batcher()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_end: Any = None  # closes the connections when `_loop` ends (see `_bind`)
+        self.switch = AsyncReader("redis", self._read_kill)  # the kill switch, read by a task of the loop
 
     def _new_batcher(self) -> Batcher:
         """The batcher of the brake's current client (a new one for each event loop, see `_bind`)."""
@@ -85,6 +90,10 @@ class AsyncDistributedBrake(DistributedBase):
         start = 0.0 if watch is None else watch.start()
         try:
             call = self.prepare(tool, args, session_id, call_id, context)
+            if self.switch.pending is not None:
+                if self._loop is not asyncio.get_running_loop():
+                    self._bind(asyncio.get_running_loop())
+                self.switch.consult(call)
             if isinstance(call, Verdict):
                 verdict = call
             else:
@@ -189,6 +198,7 @@ class AsyncDistributedBrake(DistributedBase):
                 drop_nodes = True
         self._batcher = self._new_batcher()
         self._loop = loop
+        self.switch.moved()  # its reader was a task of the old loop
         self._close_at_loop_end(loop)
         return drop_nodes
 
@@ -302,6 +312,24 @@ class AsyncDistributedBrake(DistributedBase):
         await self._enter()
         return bool(await self.client.ping())
 
+    async def _read_kill(self) -> Stop | None:
+        return self.kill_read(await self.queue_kill_read(self.client.pipeline(transaction=False)).execute())
+
+    async def kill_switch(self) -> KillState | None:
+        """The fleet's kill switch (`block_all`) as Redis has it now, or None when it is not set."""
+        await self._enter()
+        return self.kill_state(await self._read_kill())
+
+    async def _set_kill(self, halt: Halt, ttl: float | None) -> None:
+        await self._enter()
+        key, value, px = self.kill_write(halt, ttl)
+        await self.client.set(key, value, px=px)
+
+    async def _clear_kill(self) -> bool:
+        await self._enter()
+        self.switch.set(None)
+        return bool(await self.client.delete(self.kill_key))
+
     async def aclose(self) -> None:
         """Close every connection the brake opened, the sentinels' included (a brake from a URL owns its client).
 
@@ -311,6 +339,7 @@ class AsyncDistributedBrake(DistributedBase):
         (waiting at most two seconds).
         """
         await self._enter()
+        await self.switch.aclose()
         if self.watch is not None:
             await self.watch.aflush()
         await self._close_connections()

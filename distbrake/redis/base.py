@@ -14,6 +14,9 @@ from typing import Any, Self, Unpack
 
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..errors import InvalidURLError
+from ..killswitch import Stop, stop_of
+from ..model import Halt
+from ..operator import KillState, decode_halt, encode_halt, kill_key, ttl_ms
 from ..policy import NO_TRY, FailureHandler
 from ..redis_errors import REDIS_FAILURES, classify, is_pool_wait
 from ..rules import result_digest
@@ -203,6 +206,31 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
             if not isinstance(replies[index], Exception)
             and decode_state(replies[index], replies[index + 1], 0.0) is not None
         ]
+
+    # -- the kill switch (killswitch.py): one key, read by each brake's reader, set by `block_all` -----------
+
+    @property
+    def kill_key(self) -> str:
+        return kill_key(self.settings.key_prefix)
+
+    def queue_kill_read(self, pipe: Any) -> Any:
+        """Queue the kill switch's read (GET and PTTL of its one key) on a pipeline."""
+        return pipe.get(self.kill_key).pttl(self.kill_key)
+
+    @staticmethod
+    def kill_read(replies: list[Any]) -> Stop | None:
+        """The replies of `queue_kill_read` as the switch: set (a `Stop`), or None."""
+        value, left = replies
+        return None if value is None else stop_of(decode_halt(value, "kill"), left)
+
+    @staticmethod
+    def kill_state(stop: Stop | None) -> KillState | None:
+        return None if stop is None else KillState(stop.halt, stop.seconds_left)
+
+    def kill_write(self, halt: Halt, ttl: float | None) -> tuple[str, bytes, int | None]:
+        """The SET of `block_all` (key, value, PX) and, at once, this brake's own switch."""
+        self.switch.set(stop_of(halt, None if ttl is None else ttl_ms(ttl)))
+        return self.kill_key, encode_halt(halt), None if ttl is None else ttl_ms(ttl)
 
     @staticmethod
     def queue_deletes(pipe: Any, keys: list[Any]) -> Any:

@@ -24,6 +24,9 @@ import redis.exceptions
 from redis.crc import key_slot
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
+from ..killswitch import Stop, ThreadReader
+from ..model import Halt
+from ..operator import KillState, OperatorMixin
 from ..policy import NO_TRY
 from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
@@ -49,10 +52,11 @@ _PID = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
-class DistributedBrake(SyncCheck, DistributedBase):
+class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
     """The loop brake with its streaks in Redis, shared by every worker of a fleet."""
 
     blocking_io = True
+    switch: ThreadReader
 
     def __init__(
         self, client: Any, *, settings: BrakeSettings | None = None, url: str | None = None,
@@ -71,6 +75,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
         # the client's pool, never shared): no pool round trip per check.
         self._local = threading.local()
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.switch = ThreadReader("redis", self._read_kill)  # the kill switch, read in the background
 
     @staticmethod
     def connect(url: ParsedURL, timeout: float) -> Any:
@@ -257,11 +262,27 @@ class DistributedBrake(SyncCheck, DistributedBase):
     def ping(self) -> bool:
         return bool(self.client.ping())
 
+    def _read_kill(self) -> Stop | None:
+        return self.kill_read(self.queue_kill_read(self.client.pipeline(transaction=False)).execute())
+
+    def kill_switch(self) -> KillState | None:
+        """The fleet's kill switch (`block_all`) as Redis has it now, or None when it is not set."""
+        return self.kill_state(self._read_kill())
+
+    def _set_kill(self, halt: Halt, ttl: float | None) -> None:
+        key, value, px = self.kill_write(halt, ttl)
+        self.client.set(key, value, px=px)
+
+    def _clear_kill(self) -> bool:
+        self.switch.set(None)
+        return bool(self.client.delete(self.kill_key))
+
     def close(self) -> None:
         """Close the client's connections (a brake built from a URL owns its client).
 
         The fleet view's counters noted so far are written first (waiting at most two seconds).
         """
+        self.switch.close()
         if self.watch is not None:
             self.watch.flush()
         for connection in list(self._connections):

@@ -1,10 +1,10 @@
-"""The fleet view in Redis: denials and warnings per tool per minute, under the brake's key prefix.
+"""The fleet view in Redis: denials, halts and warnings per tool per minute, under the brake's key prefix.
 
-Written only when a check is denied or warned, in the background (a sync
+Written only when a check is denied, halted or warned, in the background (a sync
 brake's writer thread, an async brake's task), gathered over half a second
 into one pipeline: never blocking or failing the check, at most two writes a
 second per brake. One hash per minute, `<prefix>:fleet:<unix minute>`, field
-`d:<tool>` (denied) or `w:<tool>` (warned), each write an HINCRBY plus a
+`d:<tool>` (denied), `h:<tool>` (refused with LoopBrakeHalt) or `w:<tool>` (warned), each write an HINCRBY plus a
 PEXPIRE of that one key (Cluster-safe: never a multi-key command), kept
 `RETENTION_MINUTES`. No session id, argument or hash is ever written. Read by
 `distbrake stats` and `distbrake top` (`read_minutes`).
@@ -26,7 +26,15 @@ from typing import Any, Literal
 from .recorder import OTHER_TOOL, TOOL_CHARS
 
 __all__ = [
-    "FLEET_TOOLS", "RETENTION_MINUTES", "AsyncFleetWriter", "FleetWriter", "fleet_key", "parse_minute", "read_minutes",
+    "FLEET_TOOLS",
+    "NOTED",
+    "RETENTION_MINUTES",
+    "AsyncFleetWriter",
+    "FleetWriter",
+    "Tally",
+    "fleet_key",
+    "parse_minute",
+    "read_minutes",
 ]
 
 logger = logging.getLogger("distbrake")
@@ -35,7 +43,8 @@ RETENTION_MINUTES = 60
 MAX_QUEUED = 10_000  # notes waiting for the writer, at most (further ones are dropped)
 GATHER_SECONDS = 0.5  # a writer gathers the notes of this long into one pipeline (at most 2 writes a second)
 FLEET_TOOLS = 256  # distinct tools a brake writes per minute; further ones are counted under OTHER_TOOL
-Noted = Literal["d", "w"]  # what a field counts: denied or warned checks
+Noted = Literal["d", "w", "h"]  # what a field counts: denied, warned or halted checks
+NOTED: tuple[Noted, ...] = ("d", "w", "h")
 _Tally = Counter[tuple[int, str]]  # (minute, field) -> count
 
 
@@ -194,25 +203,28 @@ def parse_minute(key: Any, prefix: str) -> int | None:
     return int(minute) if head == f"{prefix}:fleet" and minute.isdigit() else None
 
 
-def decode_minute(reply: Mapping[Any, Any]) -> dict[str, tuple[int, int]]:
-    """One minute's hash as {tool: (denied, warned)}."""
+Tally = tuple[int, int, int]  # a tool's (denied, warned, halted) checks
+
+
+def decode_minute(reply: Mapping[Any, Any]) -> dict[str, Tally]:
+    """One minute's hash as {tool: (denied, warned, halted)}."""
     tools: dict[str, list[int]] = {}
     for raw_field, raw_count in reply.items():
         field = raw_field.decode("utf-8", "replace") if isinstance(raw_field, bytes) else str(raw_field)
         noted, _, tool = field.partition(":")
-        if noted not in ("d", "w"):
+        if noted not in NOTED:
             continue
         try:
             count = int(raw_count)
         except ValueError:
             continue
-        tools.setdefault(tool, [0, 0])[noted == "w"] += count
-    return {tool: (d, w) for tool, (d, w) in tools.items()}
+        tools.setdefault(tool, [0, 0, 0])[NOTED.index(noted)] += count
+    return {tool: (d, w, h) for tool, (d, w, h) in tools.items()}
 
 
 def read_minutes(client: Any, prefix: str, minutes: int, now: float | None = None) -> list[
-        tuple[int, dict[str, tuple[int, int]]]]:
-    """The last `minutes` minutes (oldest first) as (unix minute, {tool: (denied, warned)}); reads only."""
+        tuple[int, dict[str, Tally]]]:
+    """The last `minutes` minutes (oldest first) as (unix minute, {tool: (denied, warned, halted)}); reads only."""
     last = int((time.time() if now is None else now) // 60)
     wanted = list(range(last - min(minutes, RETENTION_MINUTES) + 1, last + 1))
     pipe = client.pipeline(transaction=False)

@@ -14,8 +14,9 @@ __all__ = [
     "Metric", "Metrics", "Outcome", "Recorder",
 ]
 
-Outcome = Literal["allowed", "warned", "denied", "would_deny", "exempt", "replayed"]
-OUTCOMES: tuple[Outcome, ...] = ("allowed", "warned", "denied", "would_deny", "exempt", "replayed")
+# "halted": refused with LoopBrakeHalt (the session is halted or blocked, or the kill switch is set)
+Outcome = Literal["allowed", "warned", "denied", "halted", "would_deny", "exempt", "replayed"]
+OUTCOMES: tuple[Outcome, ...] = ("allowed", "warned", "denied", "halted", "would_deny", "exempt", "replayed")
 TOOL_CHARS = 64  # a tool name is cut to this many characters in every attribute
 # Tool names are the caller's: each metrics backend keeps at most MAX_SERIES distinct series of the
 # checks counter, and counts checks of further tools under OTHER_TOOL (nothing is lost, memory is bounded).
@@ -70,4 +71,4 @@ class Recorder:
         """The script was loaded again after a NOSCRIPT reply."""
 
     def guardrail(self, result_type: str, reason: str, tool: str, call_id: str | None) -> None:
-        """A denied, warned or would-deny check, for the host's current span (OpenTelemetry only)."""
+        """A denied, halted, warned or would-deny check, for the host's current span (OpenTelemetry only)."""

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import BrakeUnavailableError, LoopBrakeError
+from ..errors import BrakeUnavailableError, LoopBrakeError, LoopBrakeHalt
 from ..session import resolve_call_id
 from .callbacks import Callback, run_callback
 from .fleet import AsyncFleetWriter, FleetWriter
@@ -87,7 +87,7 @@ class Watch:
         return _clock()
 
     def raised(self, error: BaseException, start: float, call_id: object, context: object) -> None:
-        """A check that raised: a denial is reported (`denied`), the closed policy's refusal counted."""
+        """A check that raised: a denial is reported (`denied`, or `halted`), the closed policy's refusal counted."""
         if isinstance(error, LoopBrakeError):
             self.denied(error, start, call_id, context)
         elif isinstance(error, BrakeUnavailableError):
@@ -139,9 +139,11 @@ class Watch:
         decided_by = decided_by_of(error, self.decided_by)
         if decided_by == "fallback":
             self.recorder.fallback(self.policy)
-        self.recorder.check(tool, "denied", decided_by, seconds)
-        self.recorder.guardrail("denied", str(error), tool, _call_id(call_id, context))
+        halted = isinstance(error, LoopBrakeHalt)  # the session is halted: the run must stop
+        outcome: Outcome = "halted" if halted else "denied"
+        self.recorder.check(tool, outcome, decided_by, seconds)
+        self.recorder.guardrail(outcome, str(error), tool, _call_id(call_id, context))
         if self.fleet is not None:
-            self.fleet.note("d", tool)
+            self.fleet.note("h" if halted else "d", tool)
         if self.on_deny is not None:
             run_callback("on_deny", self.on_deny, error)

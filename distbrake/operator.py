@@ -1,0 +1,246 @@
+"""The operator's stop: block and unblock sessions, and stop every session of the fleet (the kill switch).
+
+Every brake has the same four methods (sync, or coroutines on the asyncio
+brake), built on small primitives of its backend (`OperatorMixin`,
+`AsyncOperatorMixin`):
+
+* `block(*session_ids, match=None, reason=None, ttl_seconds=None, who=None)`
+  halts the named sessions (those not seen yet too) and, with `match`, every
+  existing session whose id matches the glob: each later check of them, any
+  tool, on any worker, raises `LoopBrakeHalt` (halt_rule "block") until the
+  halt expires (`ttl_seconds`, default: the brake's `ttl_seconds`) or is
+  lifted. Returns how many sessions were blocked.
+* `unblock(*session_ids, match=None)` lifts the halts of the named (or
+  matching) halted sessions, a rule's halt or an operator's block: the record
+  is deleted, the session starts afresh. Returns how many halts were lifted;
+  a session that is not halted is left as it is. `clear` lifts a halt too.
+* `block_all(reason=None, ttl_seconds=None, who=None)` sets the fleet's kill
+  switch, the key `<prefix>:halt-all` (default: no expiry): every check of
+  every session under the prefix, exempt tools too, raises `LoopBrakeHalt`
+  (halt_rule "kill") on every worker within a second (see `killswitch.py`),
+  until `unblock_all()` (True when it was set) or its TTL.
+
+`who` (at most WHO_CHARS) and `reason` (at most REASON_CHARS) are the
+operator's, kept in the record: NUL characters are dropped, longer text is
+cut. Never arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from .errors import ConfigurationError
+from .model import Halt
+from .session import _as_id
+
+if TYPE_CHECKING:
+    from .settings import BrakeSettings
+
+__all__ = [
+    "KILL_KEY", "REASON_CHARS", "WHO_CHARS", "AsyncOperatorMixin", "KillState", "OperatorMixin", "bounded",
+    "decode_halt", "encode_halt", "halt_ttl", "kill_key", "operator_halt", "targets",
+]
+
+WHO_CHARS = 64
+REASON_CHARS = 200
+KILL_KEY = "halt-all"  # the kill switch's key is `<prefix>:halt-all` (never a session's: those have 18 characters)
+
+
+class KillState(NamedTuple):
+    """The kill switch, set: its halt (kind "kill"), and the seconds left before it lapses (None: no expiry)."""
+
+    halt: Halt
+    ttl_seconds: float | None
+
+
+def kill_key(key_prefix: str) -> str:
+    """The Redis key of the fleet's kill switch under `key_prefix`."""
+    return f"{key_prefix}:{KILL_KEY}"
+
+
+def bounded(value: object, limit: int, what: str) -> str:
+    """An operator's text as the record keeps it: no NUL, at most `limit` characters ("" for None)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value.replace("\0", "")[:limit]
+
+
+def operator_halt(kind: Literal["block", "kill"], reason: object = None, who: object = None) -> Halt:
+    """The halt an operator sets now: a session's block, or the kill switch."""
+    return Halt(kind, time.time(), who=bounded(who, WHO_CHARS, "who"), reason=bounded(reason, REASON_CHARS, "reason"))
+
+
+def halt_ttl(ttl_seconds: object, default: float | None) -> float | None:
+    """How long a block lasts, in seconds: `ttl_seconds`, else `default` (None: no expiry)."""
+    if ttl_seconds is None:
+        return default
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float)) or not (
+            math.isfinite(ttl_seconds) and 0 < ttl_seconds <= 10 * 365 * 86400):
+        raise ConfigurationError(f"invalid ttl_seconds: {ttl_seconds!r} (expected seconds > 0, at most ten years)")
+    return float(ttl_seconds)
+
+
+def ttl_ms(seconds: float) -> int:
+    """A TTL in whole milliseconds (at least one)."""
+    return max(1, round(seconds * 1000))
+
+
+def targets(session_ids: Iterable[object], match: str | None) -> list[str]:
+    """The named sessions (each once, in order); `ValueError` when neither a session nor `match` is given."""
+    named = list(dict.fromkeys(_as_id(session, "a session id") for session in session_ids))
+    if not named and match is None:
+        raise ValueError("name at least one session, or give match=GLOB")
+    if match is not None and not isinstance(match, str):
+        raise TypeError(f"match must be a str, not {type(match).__name__}")
+    return named
+
+
+# -- the record's field x (and the kill switch's value): b"\0".join(since_ms, kind, count, limit, hash prefix,
+# who, reason, tool); the tool comes last (it may hold anything) ------------------------------------------------
+
+_KINDS = {"repeat", "cycle", "block"}
+
+
+def encode_halt(halt: Halt) -> bytes:
+    """A halt in the record's x format (the kill switch's kind is written "block", as ladder.md says)."""
+    kind = "block" if halt.kind == "kill" else halt.kind
+    return b"\0".join((
+        b"%d" % round(halt.since * 1000), kind.encode("ascii"), b"%d" % halt.count, b"%d" % halt.limit,
+        halt.hash_prefix.encode("ascii", "replace"), _utf8(halt.who), _utf8(halt.reason), _utf8(halt.tool_name),
+    ))
+
+
+def decode_halt(value: object, kind: str | None = None) -> Halt:
+    """A value in the x format as a `Halt` (`kind`: what to call it; "kill" for the kill switch).
+
+    A value of another shape is still a halt (of unknown origin: `since` 0): a
+    set switch stops the fleet whatever it holds.
+    """
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+    parts = data.split(b"\0", 7) if isinstance(data, bytes) else []
+    if len(parts) != 8 or not parts[0].isdigit():
+        return Halt("block" if kind is None else kind, 0.0)  # type: ignore[arg-type]
+    since, found, count, limit, prefix, who, reason, tool = parts
+    name = found.decode("ascii", "replace")
+    return Halt(
+        (kind or (name if name in _KINDS else "block")),  # type: ignore[arg-type]
+        int(since) / 1000, _text(tool), _int(count), _int(limit), _text(prefix), _text(who), _text(reason),
+    )
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _int(data: bytes) -> int:
+    return int(data) if data.isdigit() else 0
+
+
+# -- the methods every brake shares ---------------------------------------------------------------------------
+
+
+class OperatorMixin:
+    """`block`, `unblock`, `block_all`, `unblock_all` of a sync brake, on its backend's primitives."""
+
+    def block(
+        self, *session_ids: str, match: str | None = None, reason: str | None = None,
+        ttl_seconds: float | None = None, who: str | None = None,
+    ) -> int:
+        """Halt the named sessions, and every existing one matching the glob `match`; returns how many."""
+        named = targets(session_ids, match)
+        halt = operator_halt("block", reason, who)
+        ttl = halt_ttl(ttl_seconds, self.settings.ttl_seconds)
+        found = named if match is None else list(dict.fromkeys([*named, *self._matching(match, False)]))
+        return sum(self._block_one(session, halt, ttl) for session in found)
+
+    def unblock(self, *session_ids: str, match: str | None = None) -> int:
+        """Lift the halts of the named (or matching) halted sessions: their records are deleted; how many."""
+        named = targets(session_ids, match)
+        found = named if match is None else list(dict.fromkeys([*named, *self._matching(match, True)]))
+        return sum(self._unblock_one(session) for session in found)
+
+    def block_all(self, reason: str | None = None, ttl_seconds: float | None = None, who: str | None = None) -> None:
+        """Set the kill switch: every check of every session is refused until `unblock_all` (or the TTL)."""
+        self._set_kill(operator_halt("kill", reason, who), halt_ttl(ttl_seconds, None))
+
+    def unblock_all(self) -> bool:
+        """Lift the kill switch; True when it was set."""
+        return self._clear_kill()
+
+    settings: BrakeSettings
+
+    # the backend's primitives
+    def _matching(self, match: str, halted: bool) -> Iterator[str]:
+        """Existing sessions matching `match` (only the halted ones, with `halted`)."""
+        raise NotImplementedError
+
+    def _block_one(self, session_id: str, halt: Halt, ttl: float | None) -> bool:
+        raise NotImplementedError
+
+    def _unblock_one(self, session_id: str) -> bool:
+        raise NotImplementedError
+
+    def _set_kill(self, halt: Halt, ttl: float | None) -> None:
+        raise NotImplementedError
+
+    def _clear_kill(self) -> bool:
+        raise NotImplementedError
+
+
+class AsyncOperatorMixin:
+    """The same methods as coroutines, for the asyncio brake (the same helpers: only the I/O differs)."""
+
+    async def block(
+        self, *session_ids: str, match: str | None = None, reason: str | None = None,
+        ttl_seconds: float | None = None, who: str | None = None,
+    ) -> int:
+        """Halt the named sessions, and every existing one matching the glob `match`; returns how many."""
+        named = targets(session_ids, match)
+        halt = operator_halt("block", reason, who)
+        ttl = halt_ttl(ttl_seconds, self.settings.ttl_seconds)
+        found = named if match is None else list(dict.fromkeys(
+            [*named, *[s async for s in self._matching(match, False)]]))
+        return sum([await self._block_one(session, halt, ttl) for session in found])
+
+    async def unblock(self, *session_ids: str, match: str | None = None) -> int:
+        """Lift the halts of the named (or matching) halted sessions: their records are deleted; how many."""
+        named = targets(session_ids, match)
+        found = named if match is None else list(dict.fromkeys(
+            [*named, *[s async for s in self._matching(match, True)]]))
+        return sum([await self._unblock_one(session) for session in found])
+
+    async def block_all(
+        self, reason: str | None = None, ttl_seconds: float | None = None, who: str | None = None,
+    ) -> None:
+        """Set the kill switch: every check of every session is refused until `unblock_all` (or the TTL)."""
+        await self._set_kill(operator_halt("kill", reason, who), halt_ttl(ttl_seconds, None))
+
+    async def unblock_all(self) -> bool:
+        """Lift the kill switch; True when it was set."""
+        return await self._clear_kill()
+
+    settings: BrakeSettings
+
+    def _matching(self, match: str, halted: bool) -> AsyncIterator[str]:
+        raise NotImplementedError
+
+    async def _block_one(self, session_id: str, halt: Halt, ttl: float | None) -> bool:
+        raise NotImplementedError
+
+    async def _unblock_one(self, session_id: str) -> bool:
+        raise NotImplementedError
+
+    async def _set_kill(self, halt: Halt, ttl: float | None) -> None:
+        raise NotImplementedError
+
+    async def _clear_kill(self) -> bool:
+        raise NotImplementedError
