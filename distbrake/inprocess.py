@@ -191,12 +191,12 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
                      if fnmatchcase(session, match) and (record.halt is not None or not halted)]
         return iter(found)
 
-    def _block_one(self, session_id: str, halt: Halt, ttl: float | None) -> bool:
+    def _block_one(self, target: str, session_id: str | None, halt: Halt, ttl: float | None) -> bool:
         now = self._clock()
         with self._lock:
-            record = self._records.get(session_id)
+            record = self._records.get(target)
             if record is None or record.expires_at <= now:
-                record = self._records[session_id] = _Record(updated=halt.since)
+                record = self._records[target] = _Record(updated=halt.since)
             record.halt = halt
             record.expires_at = now + (self._ttl if ttl is None else ttl)
         return True

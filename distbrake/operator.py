@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import ConfigurationError
 from .model import Halt
@@ -41,10 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KILL_KEY", "REASON_CHARS", "WHO_CHARS", "AsyncOperatorMixin", "KillState", "OperatorMixin", "bounded",
-    "decode_halt", "encode_halt", "halt_ttl", "kill_key", "operator_halt", "targets",
+    "halt_ttl", "kill_key", "operator_halt", "targets", "ttl_ms",
 ]
 
-WHO_CHARS = 64
+WHO_CHARS = 64  # (redis/wire.py bounds the record's field x the same way: what Python wrote is kept whole)
 REASON_CHARS = 200
 KILL_KEY = "halt-all"  # the kill switch's key is `<prefix>:halt-all` (never a session's: those have 18 characters)
 
@@ -100,56 +100,28 @@ def targets(session_ids: Iterable[object], match: str | None) -> list[str]:
     return named
 
 
-# -- the record's field x (and the kill switch's value): b"\0".join(since_ms, kind, count, limit, hash prefix,
-# who, reason, tool); the tool comes last (it may hold anything) ------------------------------------------------
-
-_KINDS = {"repeat", "cycle", "block"}
-
-
-def encode_halt(halt: Halt) -> bytes:
-    """A halt in the record's x format (the kill switch's kind is written "block", as ladder.md says)."""
-    kind = "block" if halt.kind == "kill" else halt.kind
-    return b"\0".join((
-        b"%d" % round(halt.since * 1000), kind.encode("ascii"), b"%d" % halt.count, b"%d" % halt.limit,
-        halt.hash_prefix.encode("ascii", "replace"), _utf8(halt.who), _utf8(halt.reason), _utf8(halt.tool_name),
-    ))
-
-
-def decode_halt(value: object, kind: str | None = None) -> Halt:
-    """A value in the x format as a `Halt` (`kind`: what to call it; "kill" for the kill switch).
-
-    A value of another shape is still a halt (of unknown origin: `since` 0): a
-    set switch stops the fleet whatever it holds.
-    """
-    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
-    parts = data.split(b"\0", 7) if isinstance(data, bytes) else []
-    if len(parts) != 8 or not parts[0].isdigit():
-        return Halt("block" if kind is None else kind, 0.0)  # type: ignore[arg-type]
-    since, found, count, limit, prefix, who, reason, tool = parts
-    name = found.decode("ascii", "replace")
-    return Halt(
-        (kind or (name if name in _KINDS else "block")),  # type: ignore[arg-type]
-        int(since) / 1000, _text(tool), _int(count), _int(limit), _text(prefix), _text(who), _text(reason),
-    )
-
-
-def _utf8(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8", "replace")
-
-
-def _int(data: bytes) -> int:
-    return int(data) if data.isdigit() else 0
+def found_targets(
+    target: Callable[[str], Hashable], named: list[str], matching: Iterable[Hashable]
+) -> dict[Hashable, str | None]:
+    """Each session's target once: the named sessions' (with their ids), then the matching ones' (None)."""
+    found: dict[Hashable, str | None] = {target(session): session for session in named}
+    for each in list(matching):
+        found.setdefault(each, None)
+    return found
 
 
 # -- the methods every brake shares ---------------------------------------------------------------------------
 
 
 class OperatorMixin:
-    """`block`, `unblock`, `block_all`, `unblock_all` of a sync brake, on its backend's primitives."""
+    """`block`, `unblock`, `block_all`, `unblock_all` of a sync brake, on its backend's primitives.
+
+    A session is reached by its *target* (`_target`: the session id, or its
+    Redis key): a glob finds the targets of existing sessions (`_matching`),
+    whose ids a record may keep cut short.
+    """
+
+    settings: BrakeSettings
 
     def block(
         self, *session_ids: str, match: str | None = None, reason: str | None = None,
@@ -159,14 +131,14 @@ class OperatorMixin:
         named = targets(session_ids, match)
         halt = operator_halt("block", reason, who)
         ttl = halt_ttl(ttl_seconds, self.settings.ttl_seconds)
-        found = named if match is None else list(dict.fromkeys([*named, *self._matching(match, False)]))
-        return sum(self._block_one(session, halt, ttl) for session in found)
+        found = found_targets(self._target, named, () if match is None else self._matching(match, False))
+        return sum(self._block_one(target, session, halt, ttl) for target, session in found.items())
 
     def unblock(self, *session_ids: str, match: str | None = None) -> int:
         """Lift the halts of the named (or matching) halted sessions: their records are deleted; how many."""
         named = targets(session_ids, match)
-        found = named if match is None else list(dict.fromkeys([*named, *self._matching(match, True)]))
-        return sum(self._unblock_one(session) for session in found)
+        found = found_targets(self._target, named, () if match is None else self._matching(match, True))
+        return sum(self._unblock_one(target) for target in found)
 
     def block_all(self, reason: str | None = None, ttl_seconds: float | None = None, who: str | None = None) -> None:
         """Set the kill switch: every check of every session is refused until `unblock_all` (or the TTL)."""
@@ -176,17 +148,19 @@ class OperatorMixin:
         """Lift the kill switch; True when it was set."""
         return self._clear_kill()
 
-    settings: BrakeSettings
-
     # the backend's primitives
-    def _matching(self, match: str, halted: bool) -> Iterator[str]:
-        """Existing sessions matching `match` (only the halted ones, with `halted`)."""
+    def _target(self, session_id: str) -> Hashable:
+        return session_id
+
+    def _matching(self, match: str, halted: bool) -> Iterator[Hashable]:
+        """The targets of existing sessions matching `match` (only the halted ones, with `halted`)."""
         raise NotImplementedError
 
-    def _block_one(self, session_id: str, halt: Halt, ttl: float | None) -> bool:
+    def _block_one(self, target: Any, session_id: str | None, halt: Halt, ttl: float | None) -> bool:
+        """Halt one session (`session_id`: its id when it was named, else None); True when done."""
         raise NotImplementedError
 
-    def _unblock_one(self, session_id: str) -> bool:
+    def _unblock_one(self, target: Any) -> bool:
         raise NotImplementedError
 
     def _set_kill(self, halt: Halt, ttl: float | None) -> None:
@@ -199,6 +173,8 @@ class OperatorMixin:
 class AsyncOperatorMixin:
     """The same methods as coroutines, for the asyncio brake (the same helpers: only the I/O differs)."""
 
+    settings: BrakeSettings
+
     async def block(
         self, *session_ids: str, match: str | None = None, reason: str | None = None,
         ttl_seconds: float | None = None, who: str | None = None,
@@ -207,16 +183,14 @@ class AsyncOperatorMixin:
         named = targets(session_ids, match)
         halt = operator_halt("block", reason, who)
         ttl = halt_ttl(ttl_seconds, self.settings.ttl_seconds)
-        found = named if match is None else list(dict.fromkeys(
-            [*named, *[s async for s in self._matching(match, False)]]))
-        return sum([await self._block_one(session, halt, ttl) for session in found])
+        found = found_targets(self._target, named, await self._all_matching(match, False))
+        return sum([await self._block_one(target, session, halt, ttl) for target, session in found.items()])
 
     async def unblock(self, *session_ids: str, match: str | None = None) -> int:
         """Lift the halts of the named (or matching) halted sessions: their records are deleted; how many."""
         named = targets(session_ids, match)
-        found = named if match is None else list(dict.fromkeys(
-            [*named, *[s async for s in self._matching(match, True)]]))
-        return sum([await self._unblock_one(session) for session in found])
+        found = found_targets(self._target, named, await self._all_matching(match, True))
+        return sum([await self._unblock_one(target) for target in found])
 
     async def block_all(
         self, reason: str | None = None, ttl_seconds: float | None = None, who: str | None = None,
@@ -228,15 +202,19 @@ class AsyncOperatorMixin:
         """Lift the kill switch; True when it was set."""
         return await self._clear_kill()
 
-    settings: BrakeSettings
+    async def _all_matching(self, match: str | None, halted: bool) -> list[Hashable]:
+        return [] if match is None else [target async for target in self._matching(match, halted)]
 
-    def _matching(self, match: str, halted: bool) -> AsyncIterator[str]:
+    def _target(self, session_id: str) -> Hashable:
         raise NotImplementedError
 
-    async def _block_one(self, session_id: str, halt: Halt, ttl: float | None) -> bool:
+    def _matching(self, match: str, halted: bool) -> AsyncIterator[Hashable]:
         raise NotImplementedError
 
-    async def _unblock_one(self, session_id: str) -> bool:
+    async def _block_one(self, target: Any, session_id: str | None, halt: Halt, ttl: float | None) -> bool:
+        raise NotImplementedError
+
+    async def _unblock_one(self, target: Any) -> bool:
         raise NotImplementedError
 
     async def _set_kill(self, halt: Halt, ttl: float | None) -> None:

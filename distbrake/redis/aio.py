@@ -20,7 +20,7 @@ from ..core import SessionState, Verdict
 from ..errors import BrakeUnavailableError, EventLoopError, LoopBrakeError
 from ..killswitch import AsyncReader, Stop
 from ..model import Halt
-from ..operator import AsyncOperatorMixin, KillState
+from ..operator import AsyncOperatorMixin, KillState, ttl_ms
 from ..policy import NO_TRY
 from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
@@ -126,24 +126,35 @@ class AsyncDistributedBrake(AsyncOperatorMixin, DistributedBase):
             watch.done(verdict, start, call_id, context)
         return verdict
 
-    async def observe(self, verdict: Verdict, result: object) -> None:
-        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak.
+    async def observe(self, verdict: Verdict, result: object, failed: bool | None = None) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak and a
+        tool's failures in a row (max_failures). `failed`: the call failed (default: `result` is an
+        exception; an MCP result with isError, or a framework's tool error, is a failure too: pass True).
 
-        One more round trip, for progress-aware tools only; a no-op otherwise.
+        One more round trip for each, for those tools only; a no-op otherwise.
         """
-        observation = self.observation(verdict, result)
-        if observation is None:
-            return
-        key, argv, packed = observation
+        for key, argv, packed in self.observations(verdict, result, failed):
+            try:
+                await self._send(key, argv, packed)
+            except QueueTimeout as error:
+                self.observation_failed(error)
+            except REDIS_FAILURES as error:
+                self.observation_failed(error)
+
+    async def _send(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
+        """One EVALSHA of the script through the batcher (binding the brake to the running loop first)."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # the first call on a new loop: its own connections and timer
             self._bind(loop)
-        try:
-            await self._batcher.call(key, argv, packed, loop.time() + self.settings.timeout_seconds)
-        except QueueTimeout as error:
-            self.observation_failed(error)
-        except REDIS_FAILURES as error:
-            self.observation_failed(error)
+        return await self._batcher.call(key, argv, packed, loop.time() + self.settings.timeout_seconds)
+
+    async def block_key(self, key: str, halt: Halt, ttl_ms: int, session_id: str | None = None) -> None:
+        """Halt the session whose record is `key` (see `DistributedBrake.block_key`)."""
+        await self._send(*self.block_request(key, halt, ttl_ms, session_id))
+
+    async def unblock_key(self, key: str) -> bool:
+        """Lift the halt of the session whose record is `key` (the record is deleted); False: not halted."""
+        return bool(await self._send(*self.unblock_request(key)))
 
     def _bind(self, loop: asyncio.AbstractEventLoop, *, forgiving: bool = False) -> bool:
         """Make `loop` (the running one) the loop the brake's connections belong to.
@@ -289,12 +300,17 @@ class AsyncDistributedBrake(AsyncOperatorMixin, DistributedBase):
 
     async def sessions(self, match: str | None = None) -> AsyncIterator[SessionState]:
         """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
+        async for _, state in self._scan(match):
+            yield state
+
+    async def _scan(self, match: str | None) -> AsyncIterator[tuple[str, SessionState]]:
+        """Every session under this prefix with its key, filtered by a glob on the session id."""
         await self._enter()
         async for keys in self._key_batches():
             pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
             replies = await pipe.execute(raise_on_error=False)
-            for state in self.decode_states(replies, await self.client.time(), match):
-                yield state
+            for found in self.keyed_states(keys, replies, await self.client.time(), match):
+                yield found
 
     async def clear_all(self) -> int:
         """Forget every session under this prefix (and nothing else); returns how many."""
@@ -311,6 +327,23 @@ class AsyncDistributedBrake(AsyncOperatorMixin, DistributedBase):
     async def ping(self) -> bool:
         await self._enter()
         return bool(await self.client.ping())
+
+    # -- the operator's stop (operator.py): a session's target is its key ------------------------------------
+
+    def _target(self, session_id: str) -> str:
+        return self.key(session_id)
+
+    async def _matching(self, match: str, halted: bool) -> AsyncIterator[str]:
+        async for key, state in self._scan(match):
+            if state.halted or not halted:
+                yield key
+
+    async def _block_one(self, key: str, session_id: str | None, halt: Halt, ttl: float | None) -> bool:
+        await self.block_key(key, halt, 0 if ttl is None else ttl_ms(ttl), session_id)
+        return True
+
+    async def _unblock_one(self, key: str) -> bool:
+        return await self.unblock_key(key)
 
     async def _read_kill(self) -> Stop | None:
         return self.kill_read(await self.queue_kill_read(self.client.pipeline(transaction=False)).execute())

@@ -26,7 +26,7 @@ from redis.crc import key_slot
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
 from ..killswitch import Stop, ThreadReader
 from ..model import Halt
-from ..operator import KillState, OperatorMixin
+from ..operator import KillState, OperatorMixin, ttl_ms
 from ..policy import NO_TRY
 from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
@@ -89,11 +89,7 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
         if ticket == NO_TRY:
             return self.without_redis(call, None)
         try:
-            reply = (
-                self._on_connection(packed) if self._direct
-                else self._on_cluster(key, argv, packed) if self._cluster
-                else self._evalsha(key, argv)
-            )
+            reply = self._send(key, argv, packed)
         except REDIS_FAILURES as error:
             return self.without_redis(call, error, ticket)
         except BaseException:  # interrupted: a probe must not stay claimed forever
@@ -101,24 +97,36 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
             raise
         return self.verdict(call, reply, ticket)
 
-    def observe(self, verdict: Verdict, result: object) -> None:
-        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak.
+    def _send(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
+        """One EVALSHA of the script, by the brake's path (its own connection, the Cluster's master, the client)."""
+        if self._direct:
+            return self._on_connection(packed)
+        if self._cluster:
+            return self._on_cluster(key, argv, packed)
+        return self._evalsha(key, argv)
 
-        One more round trip, for progress-aware tools only; a no-op otherwise.
+    def observe(self, verdict: Verdict, result: object, failed: bool | None = None) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak and a
+        tool's failures in a row (max_failures). `failed`: the call failed (default: `result` is an
+        exception; an MCP result with isError, or a framework's tool error, is a failure too: pass True).
+
+        One more round trip for each, for those tools only; a no-op otherwise.
         """
-        observation = self.observation(verdict, result)
-        if observation is None:
-            return
-        key, argv, packed = observation
-        try:
-            if self._direct:
-                self._on_connection(packed)
-            elif self._cluster:
-                self._on_cluster(key, argv, packed)
-            else:
-                self._evalsha(key, argv)
-        except REDIS_FAILURES as error:
-            self.observation_failed(error)
+        for key, argv, packed in self.observations(verdict, result, failed):
+            try:
+                self._send(key, argv, packed)
+            except REDIS_FAILURES as error:
+                self.observation_failed(error)
+
+    def block_key(self, key: str, halt: Halt, ttl_ms: int, session_id: str | None = None) -> None:
+        """Halt the session whose record is `key` (an operator's block: every check refused with `halt`'s
+        why) for `ttl_ms` (0: until lifted); `session_id` is kept for `inspect` when it has no record yet.
+        Errors are raised (no failure policy)."""
+        self._send(*self.block_request(key, halt, ttl_ms, session_id))
+
+    def unblock_key(self, key: str) -> bool:
+        """Lift the halt of the session whose record is `key` (the record is deleted); False: not halted."""
+        return bool(self._send(*self.unblock_request(key)))
 
     def _on_cluster(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
         """A Cluster check sent straight to its master, on this thread's connection to it.
@@ -242,11 +250,13 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
 
     def sessions(self, match: str | None = None) -> Iterator[SessionState]:
         """Every session under this prefix, filtered by a glob on the session id (SCAN, never KEYS)."""
+        return (state for _, state in self._scan(match))
+
+    def _scan(self, match: str | None) -> Iterator[tuple[str, SessionState]]:
+        """Every session under this prefix with its key, filtered by a glob on the session id."""
         for keys in self._key_batches():
             pipe = self.queue_state_reads(self.client.pipeline(transaction=False), keys)
-            yield from self.decode_states(
-                pipe.execute(raise_on_error=False), self.client.time(), match
-            )
+            yield from self.keyed_states(keys, pipe.execute(raise_on_error=False), self.client.time(), match)
 
     def clear_all(self) -> int:
         """Forget every session under this prefix (and nothing else); returns how many."""
@@ -261,6 +271,21 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
 
     def ping(self) -> bool:
         return bool(self.client.ping())
+
+    # -- the operator's stop (operator.py): a session's target is its key ------------------------------------
+
+    def _target(self, session_id: str) -> str:
+        return self.key(session_id)
+
+    def _matching(self, match: str, halted: bool) -> Iterator[str]:
+        return (key for key, state in self._scan(match) if state.halted or not halted)
+
+    def _block_one(self, key: str, session_id: str | None, halt: Halt, ttl: float | None) -> bool:
+        self.block_key(key, halt, 0 if ttl is None else ttl_ms(ttl), session_id)
+        return True
+
+    def _unblock_one(self, key: str) -> bool:
+        return self.unblock_key(key)
 
     def _read_kill(self) -> Stop | None:
         return self.kill_read(self.queue_kill_read(self.client.pipeline(transaction=False)).execute())
