@@ -11,11 +11,15 @@ say `decided_by="in-process"`: decided on this machine, not by Redis.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from typing import Unpack
 
 from .core import PreparedCall, SessionState, SyncCheck, Verdict
+from .killswitch import FileSwitch, Stop
+from .model import Halt
+from .operator import KillState, OperatorMixin
 from .rules import result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .streakfile import Row, StreakFile
@@ -23,7 +27,7 @@ from .streakfile import Row, StreakFile
 __all__ = ["FileBrake"]
 
 
-class FileBrake(SyncCheck):
+class FileBrake(OperatorMixin, SyncCheck):
     """A brake on a SQLite streak file (default: the user's cache directory); see the module's doc."""
 
     def __init__(
@@ -37,6 +41,7 @@ class FileBrake(SyncCheck):
         s = self.settings
         self.store = StreakFile(path, timeout=s.timeout_seconds, ttl=s.ttl_seconds, prefix=s.key_prefix)
         self.cycles = s.cycle_rule
+        self.switch = FileSwitch("in-process", self._read_kill)  # exempt tools too (a step reads it itself)
 
     def __repr__(self) -> str:
         return f"FileBrake({str(self.store.path)!r}, max_repeats={self.max_repeats})"
@@ -70,13 +75,44 @@ class FileBrake(SyncCheck):
     def close(self) -> None:
         self.store.close()
 
+    # -- the operator's stop (operator.py) -------------------------------------------------------------------
+
+    def _matching(self, match: str, halted: bool) -> Iterator[str]:
+        return iter([row.session for row in self.store.rows()
+                     if fnmatchcase(row.session, match) and (row.halt is not None or not halted)])
+
+    def _block_one(self, target: str, session_id: str | None, halt: Halt, ttl: float | None) -> bool:
+        self.store.block(target, halt, self.settings.ttl_seconds if ttl is None else ttl)
+        return True
+
+    def _unblock_one(self, target: str) -> bool:
+        return self.store.unblock(target)
+
+    def _set_kill(self, halt: Halt, ttl: float | None) -> None:
+        self.store.set_kill(halt, ttl)
+        self.switch.set(self._read_kill())
+
+    def _clear_kill(self) -> bool:
+        self.switch.set(None)
+        return self.store.clear_kill()
+
+    def _read_kill(self) -> Stop | None:
+        found = self.store.kill()
+        if found is None:
+            return None
+        halt, expires = found
+        return Stop(halt, None if expires is None else time.monotonic() + (expires - time.time()))
+
+    def kill_switch(self) -> KillState | None:
+        """The kill switch (`block_all`) of this file and prefix, or None when it is not set."""
+        found = self.store.kill()
+        return None if found is None else KillState(found[0], None if found[1] is None else found[1] - time.time())
+
 
 def _state(row: Row) -> SessionState:
-    import time
-
     rules = row.rules
     return SessionState(
         row.session, row.tool, row.digest[:12], row.count, max(0.0, row.expires - time.time()), row.updated,
         max_repeats=None if rules is None else rules.max_repeats, warn_at=None if rules is None else rules.warn_at,
-        enforcing=None if rules is None else rules.enforce,
+        enforcing=None if rules is None else rules.enforce, halt=row.halt,
     )

@@ -148,7 +148,7 @@ class _Reader(KillSwitch):
     current one writes nothing and ends.
     """
 
-    __slots__ = ("_generation", "_last_seen", "_read", "_running", "_seen")
+    __slots__ = ("_generation", "_last_seen", "_read", "_refusal_said", "_running", "_seen")
 
     def __init__(self, decided_by: str, read: Callable[[], Any]) -> None:
         super().__init__(decided_by)
@@ -160,6 +160,7 @@ class _Reader(KillSwitch):
         self._seen = False  # a check took the slow path since the last read
         self._last_seen = 0.0
         self._generation = 0
+        self._refusal_said = False
 
     def _noted(self) -> None:
         self._seen = True
@@ -202,6 +203,16 @@ class _Reader(KillSwitch):
             return self._running
 
     def read_failed(self, error: BaseException) -> None:
+        """A read that failed: an outage is the failure policy's news (DEBUG here); a refusal is said once."""
+        from .redis_errors import is_refusal  # the one classifier of Redis errors
+
+        if is_refusal(error) and not self._refusal_said:
+            self._refusal_said = True
+            logger.warning(
+                "distbrake: the kill switch (block --all) cannot be read: the Redis user may not run GET on the "
+                "<prefix>:halt-all key (grant +get); checks go on, but an operator's block --all will not stop them"
+            )
+            return
         logger.debug("distbrake: the kill switch was not read (%s); the last value holds", type(error).__name__)
 
 

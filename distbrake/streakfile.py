@@ -66,7 +66,14 @@ CREATE TABLE IF NOT EXISTS streaks (
     PRIMARY KEY (prefix, session)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS streaks_expires ON streaks (expires);
+CREATE TABLE IF NOT EXISTS switches (
+    prefix TEXT NOT NULL PRIMARY KEY,
+    halt TEXT NOT NULL,
+    expires REAL
+) WITHOUT ROWID;
 """
+# The kill switch of a prefix (`block_all`): one row of `switches` while it is set; `expires` NULL: no expiry.
+_KILL = "SELECT halt, expires FROM switches WHERE prefix = ? AND (expires IS NULL OR expires > ?)"
 _COLUMNS = (
     "digest, count, call_id, previous_id, tool, result, ring, cycles, updated, expires, max_repeats, warn_at, enforce,"
     " ladder"
@@ -136,8 +143,9 @@ class StreakFile:
                 if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
-                if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'streaks'").fetchone() is None:
-                    db.executescript(_SCHEMA)
+                if db.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('streaks', 'switches')").fetchone()[
+                        0] < 2:
+                    db.executescript(_SCHEMA)  # a new file, or one of an earlier version (no kill switch)
                 elif not any(column[1] == "ladder" for column in db.execute("PRAGMA table_info(streaks)")):
                     with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
                         db.execute("ALTER TABLE streaks ADD COLUMN ladder TEXT")  # a file of an earlier version
@@ -182,6 +190,9 @@ class StreakFile:
         now = time.time()
         counted = []
         with self._transaction() as db:
+            killed = self._kill(db, now)
+            if killed is not None:  # the kill switch is set: every check refused, nothing counted or written
+                return [Counted(0, halt=killed[0]) for _ in calls]
             for raw_session, digest, raw_call_id, raw_tool, rules in calls:
                 session, call_id, tool = _storable(raw_session), _storable_id(raw_call_id), _storable(raw_tool)
                 row = db.execute(
@@ -267,6 +278,59 @@ class StreakFile:
             rules = None if row[11] is None else Rules(row[11], row[12], bool(row[13]))
             found.append(Row(row[0], row[5], row[1], row[2], row[9], row[10], rules, _ladder(row[14]).halt))
         return found
+
+    # -- the operator's stop (operator.py) -------------------------------------------------------------------
+
+    def block(self, session: str, halt: Halt, ttl: float) -> None:
+        """Halt `session` for `ttl` seconds (an operator's block): a record is made when it has none."""
+        now = time.time()
+        session = _storable(session)
+        with self._transaction() as db:
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM streaks WHERE prefix = ? AND session = ? AND expires > ?",
+                (self.prefix, session, now),
+            ).fetchone()
+            streak = Streak() if row is None else _streak(row)
+            streak.halt = halt
+            if row is None:
+                self._write(db, session, streak, now, now + ttl, None)
+            else:
+                db.execute("UPDATE streaks SET ladder = ?, expires = ? WHERE prefix = ? AND session = ?",
+                           (_ladder_text(streak), now + ttl, self.prefix, session))
+
+    def unblock(self, session: str) -> bool:
+        """Lift `session`'s halt: its record is deleted; False when it is not halted."""
+        now = time.time()
+        session = _storable(session)
+        with self._transaction() as db:
+            row = db.execute("SELECT ladder FROM streaks WHERE prefix = ? AND session = ? AND expires > ?",
+                             (self.prefix, session, now)).fetchone()
+            if row is None or _ladder(row[0]).halt is None:
+                return False
+            db.execute("DELETE FROM streaks WHERE prefix = ? AND session = ?", (self.prefix, session))
+            return True
+
+    def _kill(self, db: sqlite3.Connection, now: float) -> tuple[Halt, float | None] | None:
+        row = db.execute(_KILL, (self.prefix, now)).fetchone()
+        return None if row is None else (Halt(*orjson.loads(row[0])), row[1])
+
+    def kill(self) -> tuple[Halt, float | None] | None:
+        """The kill switch of this prefix: its halt and when it expires (Unix time; None: never), or None."""
+        with self._lock:
+            return self._kill(self._connect(), time.time())
+
+    def set_kill(self, halt: Halt, ttl: float | None) -> None:
+        """Set the kill switch: every check of this prefix is refused (`ttl` seconds; None: until lifted)."""
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO switches (prefix, halt, expires) VALUES (?, ?, ?)",
+                       (self.prefix, orjson.dumps(list(halt)).decode(), None if ttl is None else time.time() + ttl))
+
+    def clear_kill(self) -> bool:
+        """Lift the kill switch; True when it was set."""
+        with self._transaction() as db:
+            set_now = self._kill(db, time.time()) is not None
+            db.execute("DELETE FROM switches WHERE prefix = ?", (self.prefix,))
+            return set_now
 
     def clear(self, session: str) -> bool:
         """Forget `session`'s record; True when there was one."""

@@ -23,7 +23,9 @@ if TYPE_CHECKING:  # imported when first used: `--help` and `--version` load no 
 COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("sessions", "One session's streak (exit 1 when there is none)."),
     "list": ("sessions", "Sessions with streaks, longest first."),
-    "clear": ("sessions", "Forget streaks: SESSION... or --all --yes."),
+    "clear": ("sessions", "Forget streaks (and lift halts): SESSION... or --all --yes."),
+    "block": ("blocks", "Halt sessions (SESSION..., --match GLOB) or every session (--all --yes)."),
+    "unblock": ("blocks", "Lift halts: SESSION..., --match GLOB, or the kill switch (--all)."),
     "hash": ("calls", "The call hash of TOOL + ARGS_JSON, computed locally."),
     "check": ("calls", "Count one call as a worker would (exit 3 when denied)."),
     "doctor": ("doctor", "Diagnose connection, mode, script, permissions, config."),

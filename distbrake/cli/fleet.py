@@ -1,9 +1,10 @@
 """The `stats` and `top` commands: the fleet view, read from Redis (never written).
 
-`stats` prints denials and warnings per tool (per minute in `--json`) from
-the counters the brakes keep (see `telemetry/fleet.py`); `top` is a live view
-refreshed every second: the longest streaks now, denials per tool over the
-last minutes as a small chart, and the backend's health. `q` quits; piped
+`stats` prints denials, halts and warnings per tool (per minute in `--json`)
+from the counters the brakes keep (see `telemetry/fleet.py`), the halted and
+blocked sessions and the kill switch; `top` is a live view refreshed every
+second: the kill switch, halted sessions and the longest streaks now, denials
+per tool over the last minutes as a small chart, and the backend's health. `q` quits; piped
 (not a terminal), `top` prints one plain snapshot and exits.
 """
 
@@ -24,19 +25,20 @@ from rich.console import Group
 from rich.text import Text
 
 from ..core import SessionState
+from ..operator import KillState
 from ..redis.sync import DistributedBrake
 from ..redis_errors import REDIS_FAILURES
-from ..telemetry.fleet import RETENTION_MINUTES, read_minutes
+from ..telemetry.fleet import RETENTION_MINUTES, Tally, read_minutes
 from .app import App, command
 from .output import emit_json, escape_text, make_console, make_table, print_renderable
-from .sessions import iso_time, span_text
+from .sessions import halt_json, halt_word, iso_time, kill_json, kill_text, span_text
 
 BARS = " ▁▂▃▄▅▆▇█"
 TOP_STREAKS = 10
 TOP_TOOLS = 10
 _SINCE = re.compile(r"^(\d+)([mh]?)$")
 
-Minutes = list[tuple[int, dict[str, tuple[int, int]]]]
+Minutes = list[tuple[int, dict[str, Tally]]]
 
 
 def parse_since(text: str) -> int:
@@ -50,16 +52,20 @@ def parse_since(text: str) -> int:
     return minutes
 
 
-def totals(minutes: Minutes) -> dict[str, tuple[int, int]]:
-    """{tool: (denied, warned)} over every minute, most denied first."""
+def totals(minutes: Minutes) -> dict[str, Tally]:
+    """{tool: (denied, warned, halted)} over every minute, most denied (then halted) first."""
     found: dict[str, list[int]] = {}
     for _, tools in minutes:
-        for tool, (denied, warned) in tools.items():
-            entry = found.setdefault(tool, [0, 0])
-            entry[0] += denied
-            entry[1] += warned
-    ranked = sorted(found.items(), key=lambda item: (-item[1][0], -item[1][1], item[0]))
-    return {tool: (d, w) for tool, (d, w) in ranked}
+        for tool, counts in tools.items():
+            entry = found.setdefault(tool, [0, 0, 0])
+            for index, count in enumerate(counts):
+                entry[index] += count
+    ranked = sorted(found.items(), key=lambda item: (-item[1][0], -item[1][2], -item[1][1], item[0]))
+    return {tool: (d, w, h) for tool, (d, w, h) in ranked}
+
+
+def _counts(tally: Tally) -> dict[str, int]:
+    return {"denied": tally[0], "warned": tally[1], "halted": tally[2]}
 
 
 def chart(values: list[int]) -> str:
@@ -75,21 +81,51 @@ def stats_json(minutes: Minutes, backend: str, prefix: str) -> dict[str, Any]:
         "backend": backend,
         "key_prefix": prefix,
         "since_minutes": len(minutes),
-        "tools": {tool: {"denied": d, "warned": w} for tool, (d, w) in totals(minutes).items()},
+        "tools": {tool: _counts(tally) for tool, tally in totals(minutes).items()},
         "minutes": [
             {"minute": iso_time(minute * 60),
-             "tools": {tool: {"denied": d, "warned": w} for tool, (d, w) in sorted(tools.items())}}
+             "tools": {tool: _counts(tally) for tool, tally in sorted(tools.items())}}
             for minute, tools in minutes
         ],
     }
 
 
 def tools_table(minutes: Minutes, title: str, limit: int | None = None) -> Any:
-    table = make_table("tool", "denied", "warned", "denials per minute, oldest first", title=Text(title))
+    table = make_table("tool", "denied", "warned", "halted", "denials per minute, oldest first", title=Text(title))
     ranked = list(totals(minutes).items())
-    for tool, (denied, warned) in ranked[:limit] if limit else ranked:
-        per_minute = [tools.get(tool, (0, 0))[0] for _, tools in minutes]
-        table.add_row(Text(escape_text(tool)), str(denied), str(warned), Text(chart(per_minute)))
+    for tool, (denied, warned, halted) in ranked[:limit] if limit else ranked:
+        per_minute = [tools.get(tool, (0, 0, 0))[0] for _, tools in minutes]
+        table.add_row(Text(escape_text(tool)), str(denied), str(warned), str(halted), Text(chart(per_minute)))
+    return table
+
+
+def halted_sessions(brake: DistributedBrake) -> list[SessionState]:
+    """The halted and blocked sessions now (SCAN), most recent first."""
+    found = [state for state in brake.sessions() if state.halt is not None]
+    return sorted(found, key=lambda s: -(s.halt.since if s.halt else 0.0))
+
+
+def halts_json(halted: list[SessionState], kill: KillState | None) -> dict[str, Any]:
+    """The halted sessions and the kill switch, as stats and top print them in --json."""
+    return {
+        "kill_switch": kill_json(kill),
+        "halted_sessions": [{"session_id": s.session_id, "state": halt_word(s.halt).lower() if s.halt else "",
+                             "ttl_seconds": s.ttl_seconds, "halt": halt_json(s.halt)} for s in halted],
+    }
+
+
+def halts_table(halted: list[SessionState], at: float, limit: int | None = None) -> Any:
+    table = make_table("session", "state", "who", "why", "since", "ttl", title=Text("halted and blocked sessions"))
+    for state in halted[:limit] if limit else halted:
+        halt = state.halt
+        if halt is None:
+            continue
+        why = halt.reason if halt.who or halt.reason else f"{halt.kind} rule ({halt.tool_name[:40]})"
+        table.add_row(
+            Text(escape_text(state.session_id[:40])), halt_word(halt), Text(escape_text(halt.who)),
+            Text(escape_text(why[:60])), f"{span_text(at - halt.since)} ago" if halt.since else "",
+            "none" if state.ttl_seconds is None else span_text(state.ttl_seconds),
+        )
     return table
 
 
@@ -106,11 +142,18 @@ def stats_command(app: App, since: str, as_json: bool) -> None:
     with app.open() as brake:
         minutes = read_minutes(brake.client, brake.settings.key_prefix, minutes_back)
         prefix = brake.settings.key_prefix
+        kill = brake.kill_switch()
+        halted = halted_sessions(brake)
     if as_json:
-        emit_json(stats_json(minutes, app.backend, prefix))
+        emit_json({**stats_json(minutes, app.backend, prefix), **halts_json(halted, kill)})
         return
     console = make_console()
-    title = f"denials and warnings on {escape_text(app.backend)}, last {minutes_back} min"
+    now = time.time()
+    if kill is not None:
+        console.print(Text(kill_text(kill, now)))
+    if halted:
+        print_renderable(console, halts_table(halted, now))
+    title = f"denials, warnings and halts on {escape_text(app.backend)}, last {minutes_back} min"
     if not any(tools for _, tools in minutes):
         console.print(Text(f"no denials or warnings on {escape_text(app.backend)} in the last {minutes_back} min "
                            f"(prefix {escape_text(prefix)})"))
@@ -130,6 +173,8 @@ class Snapshot:
     latency_ms: float | None = None
     streaks: list[SessionState] = field(default_factory=list)
     minutes: Minutes = field(default_factory=list)
+    halted: list[SessionState] = field(default_factory=list)
+    kill: KillState | None = None
 
 
 def take_snapshot(brake: DistributedBrake, minutes_back: int) -> Snapshot:
@@ -139,11 +184,14 @@ def take_snapshot(brake: DistributedBrake, minutes_back: int) -> Snapshot:
         start = time.perf_counter()
         brake.ping()
         latency = (time.perf_counter() - start) * 1000
-        streaks = heapq.nlargest(TOP_STREAKS, brake.sessions(), key=lambda s: (s.count, s.updated_at))
+        states = list(brake.sessions())
+        streaks = heapq.nlargest(TOP_STREAKS, states, key=lambda s: (s.count, s.updated_at))
+        halted = sorted((s for s in states if s.halt is not None), key=lambda s: -(s.halt.since if s.halt else 0.0))
         minutes = read_minutes(brake.client, brake.settings.key_prefix, minutes_back, now)
+        kill = brake.kill_switch()
     except REDIS_FAILURES as error:
         return Snapshot(now, f"unreachable ({type(error).__name__})")
-    return Snapshot(now, "ok", latency, streaks, minutes)
+    return Snapshot(now, "ok", latency, streaks, minutes, halted, kill)
 
 
 def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: bool) -> Group:
@@ -156,10 +204,15 @@ def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: boo
         session = state.session_id if len(state.session_id) <= 40 else state.session_id[:39] + "…"
         streaks.add_row(
             Text(escape_text(session)), Text(escape_text(state.tool_name[:40])), str(state.count),
-            "-" if state.max_repeats is None else str(state.max_repeats), state.state,
-            span_text(snapshot.at - state.updated_at),
+            "-" if state.max_repeats is None else str(state.max_repeats),
+            state.state if state.halt is None else halt_word(state.halt), span_text(snapshot.at - state.updated_at),
         )
-    parts: list[Any] = [head, streaks]
+    parts: list[Any] = [head]
+    if snapshot.kill is not None:
+        parts.append(Text(kill_text(snapshot.kill, snapshot.at), style="bold red" if interactive else ""))
+    if snapshot.halted:
+        parts.append(halts_table(snapshot.halted, snapshot.at, TOP_STREAKS))
+    parts.append(streaks)
     if not snapshot.streaks:
         parts.append(Text("(no streaks)"))
     parts.append(tools_table(snapshot.minutes, f"denials per tool, last {minutes_back} min", TOP_TOOLS))
@@ -215,7 +268,9 @@ def top_command(app: App, since: str, interval: float, as_json: bool) -> None:
                 data = stats_json(snapshot.minutes, app.backend, brake.settings.key_prefix)
                 data["health"] = snapshot.health
                 data["streaks"] = [{"session_id": s.session_id, "tool_name": s.tool_name, "count": s.count,
-                                    "max_repeats": s.max_repeats, "state": s.state} for s in snapshot.streaks]
+                                    "max_repeats": s.max_repeats, "state": s.state if s.halt is None else
+                                    halt_word(s.halt).lower(), "halted": s.halted} for s in snapshot.streaks]
+                data.update(halts_json(snapshot.halted, snapshot.kill))
                 emit_json(data)
             else:
                 print_renderable(make_console(), render(snapshot, app.backend, minutes_back, False))

@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core import SessionState
-from ..model import Rules, judge
+from ..model import Halt, Rules, judge
+from ..operator import KillState
 from ..settings import BrakeSettings
 from .app import App, command
 from .output import (
@@ -62,6 +63,54 @@ def span_text(seconds: float) -> str:
     return f"{hours // 24}d{hours % 24:02d}h"
 
 
+def by_operator(halt: Halt) -> bool:
+    return halt.kind in ("block", "kill")
+
+
+def halt_json(halt: Halt | None) -> dict[str, Any] | None:
+    """A halt's JSON fields (None: not halted)."""
+    if halt is None:
+        return None
+    return {
+        "kind": halt.kind, "by": "operator" if by_operator(halt) else "rule", "since": halt.since,
+        "since_iso": iso_time(halt.since), "who": halt.who, "reason": halt.reason, "tool_name": halt.tool_name,
+        "count": halt.count, "limit": halt.limit,
+    }
+
+
+def kill_json(kill: KillState | None) -> dict[str, Any] | None:
+    """The kill switch's JSON fields (None: not set)."""
+    return None if kill is None else {**(halt_json(kill.halt) or {}), "ttl_seconds": kill.ttl_seconds}
+
+
+def halt_word(halt: Halt) -> str:
+    """BLOCKED (an operator's) or HALTED (a rule's)."""
+    return "BLOCKED" if by_operator(halt) else "HALTED"
+
+
+def _why(halt: Halt, now: float) -> str:
+    """Who or what halted, why, and since when (escaped): " by ops: reason, since ..."."""
+    if by_operator(halt):
+        why = (f" by {escape_text(halt.who)}" if halt.who else "") + (
+            f": {escape_text(halt.reason)}" if halt.reason else "")
+    elif halt.kind == "repeat":
+        why = f" by the streak rule ({escape_text(halt.tool_name)} {halt.count} times in a row, halt_at {halt.limit})"
+    else:
+        why = f" by the cycle rule (a cycle repeated {halt.limit} times)"
+    return why + (f", since {iso_time(halt.since)} ({span_text(now - halt.since)} ago)" if halt.since else "")
+
+
+def halt_text(halt: Halt, now: float) -> str:
+    """A session's halt as text (escaped)."""
+    return halt_word(halt) + _why(halt, now)
+
+
+def kill_text(kill: KillState, now: float) -> str:
+    """The kill switch as a line (escaped)."""
+    return (f"KILL SWITCH SET{_why(kill.halt, now)}: every check of every session is refused "
+            f"({ttl_text(kill.ttl_seconds)}; distbrake unblock --all lifts it)")
+
+
 def state_json(state: SessionState, settings: BrakeSettings, what_if: bool = False) -> dict[str, Any]:
     """A session's state with its limit and what the next identical call would get.
 
@@ -94,7 +143,9 @@ def state_json(state: SessionState, settings: BrakeSettings, what_if: bool = Fal
         "next_would_deny": following == "would_deny",
         "max_repeats": state.max_repeats,
         "enforcing": state.enforcing,
-        "state": state.state,
+        "state": halt_word(state.halt).lower() if state.halt is not None else state.state,
+        "halted": state.halted,
+        "halt": halt_json(state.halt),
         "ttl_seconds": state.ttl_seconds,
         "updated_at": state.updated_at,
         "updated_at_iso": iso_time(state.updated_at),
@@ -102,6 +153,12 @@ def state_json(state: SessionState, settings: BrakeSettings, what_if: bool = Fal
 
 
 def status_text(data: Mapping[str, Any]) -> Text:
+    halt = data["halt"]
+    if halt is not None:
+        why = f" by {halt['who']}" if halt["who"] else ""
+        why += f": {halt['reason']}" if halt["reason"] else ""
+        word = "BLOCKED" if halt["by"] == "operator" else f"HALTED ({halt['kind']})"
+        return Text(escape_text(word + why)[:60], style="bold red")
     if data["denying"]:
         return Text("DENYING", style="bold red")
     if data["would_deny"]:
@@ -143,10 +200,13 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
     with app.open() as brake:
         state = brake.inspect(session)
         settings = brake.settings
+        kill = brake.kill_switch()
     if state is None:
         if as_json:
-            emit_json({"found": False, "session_id": session})
+            emit_json({"found": False, "session_id": session, "kill_switch": kill_json(kill)})
         else:
+            if kill is not None:
+                make_console().print(Text(kill_text(kill, time.time())))
             make_console(stderr=True).print(Text(
                 f"distbrake: no streak for session {quote_text(session)} in "
                 f"{escape_text(app.backend)} (prefix {quote_text(settings.key_prefix)}): never "
@@ -155,9 +215,11 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
         raise click.exceptions.Exit(EXIT_NOT_FOUND)
     data = state_json(state, settings, what_if=app.max_repeats is not None)
     if as_json:
-        emit_json({"found": True, **data})
+        emit_json({"found": True, **data, "kill_switch": kill_json(kill)})
         return
     now = time.time()
+    if kill is not None:
+        make_console().print(Text(kill_text(kill, now)))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold" if sys.stdout.isatty() else "")
     grid.add_column()
@@ -167,7 +229,11 @@ def inspect_command(app: App, session: str, as_json: bool) -> None:
                               "computes it)"))
     grid.add_row("count", Text(f"{state.count} identical call(s) in a row"))
     grid.add_row("limit", Text(limit_text(data)))
-    if data["limit"] is None:
+    if state.halt is not None:
+        grid.add_row("halt", Text(halt_text(state.halt, now), style="bold red"))
+    if state.halt is not None:
+        verdict = Text("REFUSED: the session is halted (any tool); distbrake unblock lifts it", style="bold red")
+    elif data["limit"] is None:
         verdict = Text("allowed (the tool is exempt)")
     elif data["next_denied"]:
         verdict = Text(
@@ -211,15 +277,16 @@ def list_command(
     def wanted(states: Iterator[SessionState]) -> Iterator[SessionState]:
         nonlocal matched
         for state in states:
-            if state.count >= min_count:
+            if state.count >= min_count or state.halted:
                 matched += 1
                 yield state
 
-    def order(state: SessionState) -> tuple[int, float, str]:
-        return (state.count, state.updated_at, state.session_id)
+    def order(state: SessionState) -> tuple[bool, int, float, str]:
+        return (state.halted, state.count, state.updated_at, state.session_id)
 
     with app.open() as brake:
         settings = brake.settings
+        kill = brake.kill_switch()
         found = wanted(brake.sessions(match))
         top = heapq.nlargest(limit, found, key=order) if limit else sorted(
             found, key=order, reverse=True)
@@ -229,9 +296,12 @@ def list_command(
             "sessions": rows, "matched": matched, "shown": len(rows),
             "truncated": matched > len(rows), "match": match, "min_count": min_count,
             "key_prefix": settings.key_prefix, "max_repeats": settings.max_repeats,
+            "halted": sum(1 for row in rows if row["halted"]), "kill_switch": kill_json(kill),
         })
         return
     console = make_console()
+    if kill is not None:
+        console.print(Text(kill_text(kill, time.time())))
     if not rows:
         console.print(Text(
             f"no streaks in {escape_text(app.backend)} (prefix {quote_text(settings.key_prefix)}"
@@ -253,10 +323,13 @@ def list_command(
             f"{span_text(now - data['updated_at'])} ago" if data["updated_at"] else "",
         )
     print_renderable(console, table)
-    denying = sum(1 for d in rows if d["denying"])
+    denying = sum(1 for d in rows if d["denying"] and not d["halted"])
+    halted = sum(1 for d in rows if d["halted"])
     summary = f"{len(rows)} of {matched} session(s) shown"
     if matched > len(rows):
-        summary += " (longest first; --limit 0 shows all)"
+        summary += " (halted, then longest first; --limit 0 shows all)"
+    if halted:
+        summary += f"; {halted} halted or blocked (every check of them is refused; distbrake unblock lifts it)"
     if denying:
         summary += f"; {denying} at or over the limit (their identical calls are being denied)"
     console.print(Text(summary))
@@ -272,7 +345,7 @@ def list_command(
 def clear_command(
     app: App, sessions: tuple[str, ...], clear_all: bool, yes: bool, as_json: bool
 ) -> None:
-    """Forget the streaks of SESSION... (or of every session with --all --yes).
+    """Forget the streaks of SESSION... (or of every session with --all --yes); a halt is lifted with its record.
 
     Clearing a session that has no streak is not an error; the count says
     how many streaks were actually removed.
