@@ -49,6 +49,8 @@ class FileBrake(OperatorMixin, SyncCheck):
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in the file and judge it."""
         counted = self.store.step(call.session_id, call.digest, call.call_id, call.tool_name, call.rules, self.cycles)
+        if counted.halt is not None and counted.halt.kind == "kill":  # the step read the switch: known now
+            self.switch.set(self._read_kill())
         return self.judge(call, counted, "in-process")
 
     def observe(self, verdict: Verdict, result: object, failed: bool | None = None) -> None:

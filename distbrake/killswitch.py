@@ -133,6 +133,10 @@ class KillSwitch:
         with self._lock:
             self.pending = stop
 
+    def read_now(self) -> None:
+        """Read the switch now, in this thread, for a process that makes one check (`distbrake hook`): its
+        check is then judged by this read (and starts no reader). Nothing to read here."""
+
     @property
     def stop(self) -> Stop | None:
         """The switch as last known (set and not lapsed), else None."""
@@ -230,19 +234,21 @@ os.register_at_fork(after_in_child=_after_fork)
 class ThreadReader(_Reader):
     """A sync brake's switch: a daemon thread reads it (`read()` -> Stop | None, blocking)."""
 
-    __slots__ = ("_wake",)
+    __slots__ = ("_thread", "_wake")
 
     def __init__(self, decided_by: str, read: Callable[[], Stop | None]) -> None:
         super().__init__(decided_by, read)
         self._wake = threading.Event()  # set by close: the current thread ends at once
+        self._thread: threading.Thread | None = None  # the current reader
         _readers.add(self)
 
     def _start(self, generation: int) -> None:
         self._wake = wake = threading.Event()
-        threading.Thread(target=self._run, args=(generation, wake), name="distbrake-kill-switch", daemon=True).start()
+        self._thread = threading.Thread(
+            target=self._run, args=(generation, wake), name="distbrake-kill-switch", daemon=True)
+        self._thread.start()
 
     def read_now(self) -> None:
-        """Read the switch in this thread, now (a process making one check: `distbrake hook`)."""
         with self._lock:
             generation = self._generation
         self._once(generation)
@@ -356,3 +362,6 @@ class FileSwitch(KillSwitch):
 
     def set(self, stop: Stop | None) -> None:
         self._stop, self._next = stop, time.monotonic() + READ_SECONDS
+
+    def read_now(self) -> None:
+        self.set(self._read())

@@ -153,6 +153,8 @@ def _full(event: HookEvent, session: str, options: HookOptions) -> Decision | No
     """The full path: the library's brake for the configuration (a file, or Redis)."""
     brake = open_brake(options)
     try:
+        if event.phase == "pre":
+            brake.switch.read_now()  # one process, one check: the kill switch is read with it, not in the background
         return decide(brake, event, session)
     finally:
         brake.close()

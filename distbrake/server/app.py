@@ -92,6 +92,8 @@ class _Server:
                                                        call_id=call_id)
             return verdict
         call = brake.prepare(tool, args, session, call_id)
+        if brake.switch.pending is not None:  # the kill switch (a step reads it too; an exempt tool only here)
+            brake.switch.consult(call)
         if isinstance(call, Verdict):  # an exempt tool
             return call
         counted = await self.steps.step(call)
