@@ -86,7 +86,9 @@ async def first_allowed(brake: Checker) -> int:
 
 
 @pytest.mark.parametrize("kind", EVERY_KIND)
-async def test_a_block_halts_sessions_on_every_worker_until_unblocked(kind: str, brakes: Brakes, tmp_path: Path) -> None:
+async def test_a_block_halts_sessions_on_every_worker_until_unblocked(
+    kind: str, brakes: Brakes, tmp_path: Path
+) -> None:
     make = workers(kind, brakes, tmp_path)
     a, b = make(), make()
     for _ in range(2):
