@@ -137,6 +137,9 @@ class KillSwitch:
         """Read the switch now, in this thread, for a process that makes one check (`distbrake hook`): its
         check is then judged by this read (and starts no reader). Nothing to read here."""
 
+    def close(self) -> None:
+        """End the reader (the brake's `close`); this one has none."""
+
     @property
     def stop(self) -> Stop | None:
         """The switch as last known (set and not lapsed), else None."""

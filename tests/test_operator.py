@@ -11,7 +11,10 @@ through an outage, and stopped with the brake.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -264,8 +267,64 @@ def test_a_forked_child_starts_a_reader_of_its_own(redis_url: str) -> None:
             os._exit(0)
     os.close(write)
     answer = os.read(read, 1)
+    os.close(read)
     os.waitpid(pid, 0)
     assert answer == b"\0"
     operator.unblock_all()
     worker.close()
     operator.close()
+
+
+def test_block_all_reaches_every_worker_of_a_4_process_fleet_within_a_second() -> None:
+    """Four real worker processes (two sync, two asyncio) checking on one real redis-server: the time from
+    `block_all` to each worker's first refused check, measured in that worker, is under a second."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    with RedisServer(name="killfleet") as server:
+        fleet = [
+            subprocess.Popen([sys.executable, "-m", "tests.kill_worker", server.url, flavour], stdout=subprocess.PIPE,
+                             text=True, cwd=root, env=env)
+            for flavour in ("sync", "async", "sync", "async")
+        ]
+        try:
+            for worker in fleet:  # every worker is checking (and so reading the switch) before the block
+                assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+            operator = DistributedBrake.from_url(server.url, otel=False)
+            blocked_at = time.time()
+            operator.block_all(reason="fleet drill", who="test")
+            latencies = []
+            for worker in fleet:
+                assert worker.stdout is not None
+                word, at, rule = worker.stdout.readline().split()
+                assert (word, rule) == ("refused", "kill")
+                latencies.append(float(at) - blocked_at)
+                assert worker.wait(DEADLINE) == 0
+            operator.close()
+        finally:
+            for worker in fleet:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+                if worker.stdout is not None:
+                    worker.stdout.close()
+    print("block --all reached the 4 workers (sync, async, sync, async) after "
+          + ", ".join(f"{latency * 1000:.0f} ms" for latency in latencies)
+          + f" (max {max(latencies) * 1000:.0f} ms)")
+    assert all(0 <= latency < 1.0 for latency in latencies), latencies
+
+
+def test_the_check_cost_with_the_kill_switch_is_unchanged(redis_url: str) -> None:
+    """The benchmark figure kill_switch_cost (tests/benchmarks): a check of a brake reading the switch vs one
+    without, interleaved in one run; printed, and judged against its bound (1.1x, the noise of the cheapest
+    rule figure)."""
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks", "--url", redis_url, "--only", "kill_switch_cost", "--json"],
+        capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300,
+        check=False,
+    )
+    figure = json.loads(result.stdout)["figures"][0]
+    print(f"kill_switch_cost: ours {figure['ours']:.1f} µs, without {figure['floor']:.1f} µs, "
+          f"ratio {figure['ratio']:.3f}x ({figure['samples']} checks each)")
+    assert figure["key"] == "kill_switch_cost" and figure["samples"] == 4000
+    assert result.returncode == 0 and figure["passed"] is True, figure

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from distbrake import AsyncDistributedBrake, BrakeOptions, BrakeSettings, DistributedBrake, ToolRules
+from distbrake.killswitch import KillSwitch
 from distbrake.redis import connect
 from distbrake.settings import load_settings
 
@@ -151,6 +152,48 @@ def rules_cost(
         key, STAGE_NAMES[key], "µs",
         statistics.median(ours_t) * 1e6, statistics.median(floor_t) * 1e6,
         at_most=bound, note=memory_note(backend), samples=len(ours_t),
+    )
+
+
+KILL_SWITCH_NAME = "sync check, kill switch read in the background vs none"
+KILL_SWITCH_BOUND = 1.1  # "no measurable cost": within the noise bound of the cheapest rule figure
+
+
+def kill_switch_cost(
+    backend: BrakeSettings, *, rounds: int = 10, block: int = 400, warmup: int = 200,
+    timeout_seconds: float = 2.0, step: Step = no_step,
+) -> Figure:
+    """Median sync check of a brake that reads the fleet's kill switch (its reader thread running, each check
+    testing one attribute) vs the same check of a brake without one (an inert switch), interleaved.
+
+    Both check five calls in turn in their own session, as `rules_cost`.
+    """
+    prefix = f"bnch{uuid.uuid4().hex[:5]}"
+    plain = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
+    plain.switch = KillSwitch("redis")  # type: ignore[assignment]  # never set, and no reader: no kill switch
+    watched = DistributedBrake(plain.client, settings=plain.settings)
+    try:
+        plain_session, watched_session = f"bench-{uuid.uuid4()}", f"bench-{uuid.uuid4()}"
+
+        def floor(i: int) -> object:
+            return plain.check("search", ROTATING_ARGS[i % 5], session_id=plain_session)
+
+        def ours(i: int) -> object:
+            return watched.check("search", ROTATING_ARGS[i % 5], session_id=watched_session)
+
+        ours_r, floor_r = paired_rounds(
+            floor, ours, warmup=warmup, rounds=rounds, block=block, key="kill_switch_cost", step=step)
+        ours_t, floor_t = flat(ours_r), flat(floor_r)
+        assert watched.switch._running, "the kill switch's reader did not run during the benchmark"
+        plain.clear(plain_session)
+        plain.clear(watched_session)
+    finally:
+        watched.switch.close()
+        plain.close()
+    return ratio_figure(
+        "kill_switch_cost", KILL_SWITCH_NAME, "µs", statistics.median(ours_t) * 1e6,
+        statistics.median(floor_t) * 1e6, at_most=KILL_SWITCH_BOUND, note=memory_note(backend),
+        samples=len(ours_t),
     )
 
 

@@ -23,10 +23,13 @@ from .raw import server_cost, sync_check_raw
 from .server import (
     CONCURRENCY,
     DEFAULT_SESSIONS,
+    KILL_SWITCH_BOUND,
+    KILL_SWITCH_NAME,
     QUICK_SESSIONS,
     RULES,
     STAGE_NAMES,
     async_throughput,
+    kill_switch_cost,
     memory_per_session,
     rules_cost,
     sync_check_latency,
@@ -46,6 +49,7 @@ STAGES: dict[str, Stage] = {
     "sync_check_latency": Stage("sync check latency (median)", "µs", "<= 1.2x"),
     "sync_check_raw": Stage("sync check vs raw-socket EVALSHA return 1", "µs", "<= 1.6x"),
     **{key: Stage(STAGE_NAMES[key], "µs", f"<= {bound:g}x") for key, (_, bound) in RULES.items()},
+    "kill_switch_cost": Stage(KILL_SWITCH_NAME, "µs", f"<= {KILL_SWITCH_BOUND:g}x"),
     "async_throughput": Stage(f"async throughput, {CONCURRENCY} tasks", "checks/s", ">= 2x"),
     "async_pipelined": Stage(f"async {CONCURRENCY} tasks vs pipelined EVALSHA return 1", "checks/s", ">= 1x"),
     "async_one_task": Stage("async 1 task vs unpipelined EVALSHA return 1", "checks/s", ">= 1x"),
@@ -155,6 +159,8 @@ def run_bench(
             **({"rounds": 5, "block": 150, "warmup": 100} if quick else {})),
         **{key: functools.partial(rules_cost, b, key, timeout_seconds=t, step=step, **(
             {"rounds": 4, "block": 150, "warmup": 100} if quick else {})) for key in RULES},
+        "kill_switch_cost": functools.partial(kill_switch_cost, b, timeout_seconds=t, step=step, **(
+            {"rounds": 4, "block": 150, "warmup": 100} if quick else {})),
         "async_throughput": (
             (lambda: async_throughput(b, per_task=40, rounds=3, timeout_seconds=t, step=step))
             if quick else (lambda: async_throughput(b, timeout_seconds=t, step=step))
