@@ -24,7 +24,8 @@ from tests.servers import RedisServer, free_port
 from tests.test_cli import as_json, no_secret, one_line_error, run
 
 PW = "req-pass-4471"
-COMMANDS = ("inspect", "list", "clear", "hash", "check", "doctor", "bench", "demo", "stats", "top", "proxy")
+COMMANDS = ("inspect", "list", "clear", "block", "unblock", "hash", "check", "doctor", "bench", "demo", "stats", "top",
+            "proxy")
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ SECRET = "sk-live-FLEETsecret-91"
 SESSION = "fleet-session-of-bob"
 EVIL_TOOL = "read\x1b[2J\x1b]0;owned\x07file"
 DEADLINE = 20.0
-READS = {"ping", "scan", "hmget", "pttl", "time", "hgetall", "info", "config|resetstat", "hello", "client|setinfo",
+READS = {"ping", "scan", "hmget", "pttl", "time", "hgetall", "get", "info", "config|resetstat", "hello", "client|setinfo",
          "cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "command", "command|docs", "readonly",
          "select"}
 
@@ -81,7 +81,7 @@ async def deny_and_warn(brake: Checker) -> None:
     await brake.check("fetch", {"token": SECRET + "2"}, session_id="other")
 
 
-WANTED = {"search": {"denied": 2, "warned": 1}, EVIL_TOOL: {"denied": 1, "warned": 1}}
+WANTED = {"search": {"denied": 2, "warned": 1, "halted": 0}, EVIL_TOOL: {"denied": 1, "warned": 1, "halted": 0}}
 
 
 @pytest.mark.parametrize("store", ["redis", "cluster"])
@@ -278,7 +278,8 @@ def test_an_async_brake_keeps_writing_after_moving_to_a_new_event_loop(redis_url
     asyncio.run(deny("first"))
     asyncio.run(deny("second"))
     asyncio.run(brake.aclose())
-    wait_for_stats(redis_url, prefix, {"first": {"denied": 1, "warned": 0}, "second": {"denied": 1, "warned": 0}})
+    wait_for_stats(redis_url, prefix, {"first": {"denied": 1, "warned": 0, "halted": 0},
+                                       "second": {"denied": 1, "warned": 0, "halted": 0}})
 
 
 def test_a_user_granted_exactly_the_hint_gets_every_feature() -> None:

@@ -60,6 +60,7 @@ DRIVER_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)  # th
 BRAKE_ACL_COMMANDS = (
     "+evalsha", "+script|load", "+hget", "+hset", "+time", "+pexpire",  # check (the script)
     "+hmget", "+pttl", "+scan", "+del", "+ping",  # inspect, sessions, clear, clear_all, ping
+    "+get", "+set",  # the kill switch: read by every brake (kill_switch), set by block_all
 )
 BRAKE_ACL_RULES = "~distbrake:* resetchannels -@all " + " ".join(BRAKE_ACL_COMMANDS)
 
@@ -481,7 +482,8 @@ async def test_tls_without_verification_options_still_verifies(tls_server: TLSRe
 
 
 async def run_every_operation(url: str) -> None:
-    """check (allowed, allowed, denied), inspect, sessions, clear, clear_all, ping: sync and async."""
+    """check (allowed, allowed, denied), inspect, sessions, clear, clear_all, the kill switch, ping: sync and
+    async."""
     sync = DistributedBrake.from_url(url, on_backend_error="closed", timeout_seconds=2)
     aio = AsyncDistributedBrake.from_url(url, on_backend_error="closed", timeout_seconds=2)
     try:
@@ -498,6 +500,8 @@ async def run_every_operation(url: str) -> None:
         assert sync.clear("acl") and not await aio.clear("acl")
         await aio.check("search", {"q": 1}, session_id="acl2")
         assert await aio.clear_all() == 1 and sync.clear_all() == 0
+        sync.block_all(reason="acl")
+        assert (await aio.kill_switch()) is not None and await aio.unblock_all() and sync.kill_switch() is None
     finally:
         sync.close()
         await aio.aclose()
