@@ -29,9 +29,9 @@ SECRET = "sk-live-FLEETsecret-91"
 SESSION = "fleet-session-of-bob"
 EVIL_TOOL = "read\x1b[2J\x1b]0;owned\x07file"
 DEADLINE = 20.0
-READS = {"ping", "scan", "hmget", "pttl", "time", "hgetall", "get", "info", "config|resetstat", "hello", "client|setinfo",
-         "cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "command", "command|docs", "readonly",
-         "select"}
+READS = {"ping", "scan", "hmget", "pttl", "time", "hgetall", "get", "info", "config|resetstat", "hello",
+         "client|setinfo", "cluster|slots", "cluster|shards", "cluster|nodes", "cluster|info", "command",
+         "command|docs", "readonly", "select"}
 
 
 def env() -> dict[str, str]:
