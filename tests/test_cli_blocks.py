@@ -183,3 +183,16 @@ def test_a_halted_check_is_the_outcome_halted_and_a_span_event_halted(exporter: 
               for event in span.events]
     assert [(name, a["gen_ai.guardrail.result.type"], a["gen_ai.tool.call.id"]) for name, a in events] == (
         [("gen_ai.guardrail.result", "halted", "call-3")] if exporter == "otel" else [])  # (events: OTel only)
+
+
+def test_the_demo_shows_the_ladder_and_an_operators_block() -> None:
+    text = run("demo", "--workers", "3")
+    assert text.returncode == 0, text.stderr
+    lines = [line.strip() for line in text.stdout.splitlines()]
+    steps = [next(i for i, line in enumerate(lines) if want in line) for want in (
+        "warned agent bravo: search", "denied agent bravo: search", "HALTED agent bravo: search",
+        "operator: distbrake block demo-", "refused agent charlie: its session is blocked by the operator")]
+    assert steps == sorted(steps)  # warn, deny, halt, then the operator's block and its refusal
+    data = as_json(run("demo", "--workers", "3", "--json"))
+    assert data["warned"] >= 1 and data["denied"] == 2 and all(d["agent"] == "bravo" for d in data["denials"])
+    assert {(h["agent"], h["halt"]) for h in data["halted"]} == {("bravo", "repeat"), ("charlie", "block")}
