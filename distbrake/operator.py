@@ -100,6 +100,14 @@ def targets(session_ids: Iterable[object], match: str | None) -> list[str]:
     return named
 
 
+def block_plan(
+    session_ids: Iterable[object], match: str | None, reason: object, ttl_seconds: object, who: object,
+    settings: BrakeSettings,
+) -> tuple[list[str], Halt, float | None]:
+    """What a `block` does, checked: the named sessions, the halt, and how long it lasts (default: the TTL)."""
+    return targets(session_ids, match), operator_halt("block", reason, who), halt_ttl(ttl_seconds, settings.ttl_seconds)
+
+
 def found_targets(
     target: Callable[[str], Hashable], named: list[str], matching: Iterable[Hashable]
 ) -> dict[Hashable, str | None]:
@@ -128,9 +136,7 @@ class OperatorMixin:
         ttl_seconds: float | None = None, who: str | None = None,
     ) -> int:
         """Halt the named sessions, and every existing one matching the glob `match`; returns how many."""
-        named = targets(session_ids, match)
-        halt = operator_halt("block", reason, who)
-        ttl = halt_ttl(ttl_seconds, self.settings.ttl_seconds)
+        named, halt, ttl = block_plan(session_ids, match, reason, ttl_seconds, who, self.settings)
         found = found_targets(self._target, named, () if match is None else self._matching(match, False))
         return sum(self._block_one(target, session, halt, ttl) for target, session in found.items())
 
@@ -180,9 +186,7 @@ class AsyncOperatorMixin:
         ttl_seconds: float | None = None, who: str | None = None,
     ) -> int:
         """Halt the named sessions, and every existing one matching the glob `match`; returns how many."""
-        named = targets(session_ids, match)
-        halt = operator_halt("block", reason, who)
-        ttl = halt_ttl(ttl_seconds, self.settings.ttl_seconds)
+        named, halt, ttl = block_plan(session_ids, match, reason, ttl_seconds, who, self.settings)
         found = found_targets(self._target, named, await self._all_matching(match, False))
         return sum([await self._block_one(target, session, halt, ttl) for target, session in found.items()])
 
