@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import ConfigurationError
 from .model import Halt
-from .session import _as_id
+from .session import resolve_session
 
 if TYPE_CHECKING:
     from .settings import BrakeSettings
@@ -92,7 +92,10 @@ def ttl_ms(seconds: float) -> int:
 
 def targets(session_ids: Iterable[object], match: str | None) -> list[str]:
     """The named sessions (each once, in order); `ValueError` when neither a session nor `match` is given."""
-    named = list(dict.fromkeys(_as_id(session, "a session id") for session in session_ids))
+    ids = list(session_ids)
+    if any(session is None for session in ids):
+        raise TypeError("a session id must be a str, not None")
+    named = list(dict.fromkeys(resolve_session(session) for session in ids))
     if not named and match is None:
         raise ValueError("name at least one session, or give match=GLOB")
     if match is not None and not isinstance(match, str):

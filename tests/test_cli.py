@@ -183,7 +183,7 @@ def test_check_inspect_list_clear_on_a_real_server(redis_url: str) -> None:
 
     missing = run("--url", redis_url, "--json", "inspect", "nobody")
     assert missing.returncode == 1
-    assert as_json(missing) == {"found": False, "session_id": "nobody"}
+    assert as_json(missing) == {"found": False, "session_id": "nobody", "kill_switch": None}
 
     listed = run("--url", redis_url, "list", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -273,8 +273,10 @@ def test_acl_restricted_users_are_diagnosed() -> None:
     assert {c["name"]: c["status"] for c in as_json(blind)["checks"]}["permissions"] == "warn"
     listed = next(c for c in as_json(seer)["checks"] if c["name"] == "permissions")
     assert listed["status"] == "fail"
-    assert "user 'seer' may not run: PEXPIRE, TIME, SCAN, DEL" in listed["detail"]
-    assert listed["fix"].startswith("grant them, e.g. ACL SETUSER seer +pexpire +time +scan +del")
+    missing = listed["detail"].split("user 'seer' may not run: ")[1].split(" on keys ")[0].split(", ")
+    assert {"PEXPIRE", "TIME", "SCAN", "DEL", "GET", "SET"} <= set(missing)  # GET, SET: the kill switch
+    assert listed["fix"].startswith("grant them, e.g. ACL SETUSER seer +") and "+get +set" in listed["fix"]
+    assert all(f"+{name.lower()}" in listed["fix"] for name in missing)
 
 
 # -- a real cluster ----------------------------------------------------------------------------------

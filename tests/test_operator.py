@@ -44,7 +44,13 @@ async def call(brake: Checker, method: str, *args: Any, **kw: Any) -> Any:
 
 
 def workers(kind: str, brakes: Brakes, tmp_path: Path) -> Callable[..., Checker]:
-    """`make(**options)`: a worker on the test's one backend of `kind` (the in-process brake: the same one)."""
+    """`make(**options)`: a worker on the test's one backend of `kind` (the in-process brake: the same one), with
+    a 5 s timeout (these tests are about the operator's stop, not timing: on a busy machine a check may take long)."""
+    made_with = workers_of(kind, brakes, tmp_path)
+    return lambda **options: made_with(**{"timeout_seconds": 5.0, **options})
+
+
+def workers_of(kind: str, brakes: Brakes, tmp_path: Path) -> Callable[..., Checker]:
     if kind == "file":
         path = tmp_path / "streaks.sqlite3"
         made: list[FileBrake] = []
