@@ -24,6 +24,7 @@ from distbrake import (
     InvalidMaxRepeatsError,
     LoopBrake,
     LoopBrakeError,
+    LoopBrakeHalt,
     Verdict,
     call_hash,
 )
@@ -332,3 +333,178 @@ def test_records_of_an_older_layout_are_read_safely(redis_url: str) -> None:
     rows = {row["session_id"]: row for row in json.loads(listed.stdout)["sessions"]}
     assert rows["old"]["limit_source"] == "max_repeats" and rows["old"]["state"] == "unknown"
     assert rows["new"]["limit_source"] == "record"
+
+
+# -- the ladder (issue 24): halt_at, cycle_halt_repeats, once, max_failures, max_calls, shadow mode ----------
+
+
+class LadderModel:
+    """The ladder in a few lines, apart from distbrake's own model: per session the streak (hash, count, last two
+    call ids), the ring of counted calls, the halt, the once-only calls that ran, each tool's failures in a row
+    and calls. A check's answer: (outcome, rule, the number the rule names: count, failures or call number)."""
+
+    def __init__(self, settings_: BrakeSettings) -> None:
+        self.settings = settings_
+        self.records: dict[str, tuple[str, int, str | None, str | None]] = {}
+        self.rings: dict[str, list[str]] = {}
+        self.periods: dict[str, tuple[int, int]] = {}  # the period the last and the previous call completed
+        self.halted: dict[str, tuple[int, str, str]] = {}  # count, rule kind, tool of the halting call
+        self.once: dict[str, list[tuple[str, str | None]]] = {}
+        self.failed: dict[str, dict[str, tuple[int, str | None]]] = {}
+        self.calls: dict[str, dict[str, int]] = {}
+
+    def check(self, tool: str, args: Any, session: str, call_id: str | None) -> tuple[Any, ...]:
+        rules = self.settings.rules_for(tool)
+        if rules is None:
+            return ("allowed", "", 0)
+        if session in self.halted:
+            return ("denied", "halt", *self.halted[session])
+        digest = call_hash(tool, args)
+        record = self.records.get(session)
+        replayed, halts = False, False
+        if record is not None and record[0] == digest and call_id is not None and (
+            call_id == record[2] or (record[1] > 1 and call_id == record[3])
+        ):
+            replayed = True
+            count = record[1] if call_id == record[2] else record[1] - 1
+            period = self.periods.get(session, (0, 0))[0 if call_id == record[2] else 1]
+        else:
+            count = record[1] + 1 if record is not None and record[0] == digest else 1
+            previous = record[2] if count > 1 and record is not None else None
+            self.records[session] = (digest, count, call_id, previous)
+            period, halts = self.ring_step(session, digest)
+        once_since = False
+        if rules.once:
+            ran = [entry for entry in self.once.get(session, []) if entry[0] == digest]
+            once_since = bool(ran) and not (replayed and ran[0][1] == call_id)
+        failures = self.failed.get(session, {}).get(tool, (0, None))[0]
+        number = 0
+        if rules.max_calls is not None:
+            tools = self.calls.setdefault(session, {})
+            if replayed:
+                number = tools.get(tool, 0) - (self.records[session][1] - count)
+            else:
+                number = tools[tool] = tools.get(tool, 0) + 1
+        by_count = rules.halt_at is not None and count >= rules.halt_at
+        rule, shown = "", count
+        if halts or by_count:
+            rule = "halt"
+        elif count >= rules.max_repeats:
+            rule = "repeat"
+        elif period:
+            rule = f"cycle{period}"
+        elif once_since:
+            rule = "once"
+        elif rules.max_failures is not None and failures >= rules.max_failures:
+            rule, shown = "failures", failures
+        elif rules.max_calls is not None and number > rules.max_calls:
+            rule, shown = "cap", number
+        if not replayed and rule == "halt" and rules.enforce:
+            self.halted[session] = (count, "repeat" if by_count else "cycle", tool)
+            return ("denied", "halt", *self.halted[session])
+        if not replayed and rules.once and not once_since and (not rule or not rules.enforce):
+            self.once.setdefault(session, []).append((digest, call_id))
+            del self.once[session][:-64]
+        if rule:
+            return ("denied", rule, shown) if rules.enforce else ("would_deny", "", count)
+        if rules.warn_at is not None and count >= rules.warn_at and rules.enforce:
+            return ("warned", "", count)
+        return ("allowed", "", count)
+
+    def ring_step(self, session: str, digest: str) -> tuple[int, bool]:
+        """The period of the cycle this counted call completes (0: none), and whether it is repeated enough to halt."""
+        longest, repeats = self.settings.max_cycle_period, self.settings.cycle_repeats
+        if not longest:
+            return 0, False
+        ring = self.rings.setdefault(session, [])
+        ring.append(digest)
+
+        def period_of(times: int) -> int:
+            return next((
+                p for p in range(2, longest + 1)
+                if len(ring) >= p * times and all(ring[-i] == ring[-i - p] for i in range(1, p * (times - 1) + 1))
+                and len(set(ring[-p:])) > 1
+            ), 0)
+
+        period = period_of(repeats)
+        self.periods[session] = (period, self.periods.get(session, (0, 0))[0])
+        halt_repeats = self.settings.cycle_halt_repeats
+        return period, bool(period and halt_repeats and period_of(halt_repeats))
+
+    def fail(self, session: str, tool: str, call_id: str | None, failed: bool) -> None:
+        """A call of a tool with max_failures ran: whether it failed."""
+        if session in self.halted or session not in self.records:
+            return
+        tools = self.failed.setdefault(session, {})
+        if not failed:
+            tools.pop(tool, None)
+        elif call_id is None or tools.get(tool, (0, None))[1] != call_id:
+            tools[tool] = (tools.get(tool, (0, None))[0] + 1, call_id)
+
+
+LADDER_TOOLS: dict[str, dict[str, Any]] = {
+    "a": {},
+    "w": {"max_repeats": 4, "warn_at": 2},
+    "o": {"once": True},
+    "m": {"max_failures": 2},
+    "k": {"max_calls": 3},
+    "h": {"halt_at": 4},
+    "s": {"enforce": False, "once": True, "max_calls": 2, "halt_at": 4, "max_failures": 1},
+    "e": {"exempt": True},
+}
+LADDER_CALL = st.tuples(
+    st.sampled_from([*sorted(LADDER_TOOLS), "m", "m"]),  # failure streaks need a few calls of one tool
+    st.fixed_dictionaries({"q": st.integers(0, 1)}),
+    st.sampled_from(["s1", "s1", "s2"]),
+    st.one_of(st.none(), st.sampled_from(["c1", "c2", "c3"])),
+    st.sampled_from([True, True, False]),  # the call failed (observed for tools with max_failures)
+)
+# Streaks and cycles long enough to reach the halt: short patterns, each repeated a few times.
+LADDER_CALLS = st.one_of(
+    st.lists(LADDER_CALL, max_size=16),
+    st.lists(st.tuples(st.lists(LADDER_CALL, min_size=1, max_size=3), st.integers(1, 6)), max_size=3).map(
+        lambda segments: [call for pattern, times in segments for call in pattern * times][:30]
+    ),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    calls=LADDER_CALLS,
+    halt_at=st.sampled_from([None, 5]),
+    max_failures=st.sampled_from([None, 3]),
+    cycles=st.sampled_from([(0, 3, None), (2, 2, None), (2, 2, 3), (3, 2, 4)]),
+)
+async def test_every_brake_agrees_with_the_reference_model_on_the_ladder(
+    make: Callable[..., Checker],
+    calls: list[tuple[str, dict[str, int], str, str | None, bool]],
+    halt_at: int | None,
+    max_failures: int | None,
+    cycles: tuple[int, int, int | None],
+) -> None:
+    options: dict[str, Any] = {
+        "tools": LADDER_TOOLS, "max_repeats": 3, "timeout_seconds": 5.0, "halt_at": halt_at,
+        "max_failures": max_failures, "max_cycle_period": cycles[0], "cycle_repeats": cycles[1],
+        "cycle_halt_repeats": cycles[2],
+    }
+    brake = make(**options)
+    for session in ("s1", "s2"):
+        await brake.clear(session)
+    model = LadderModel(BrakeSettings(**options))
+    for tool, args, session, call_id, failed in calls:
+        expected = model.check(tool, args, session, call_id)
+        try:
+            verdict: Verdict | None = await brake.check(tool, args, session_id=session, call_id=call_id)
+        except LoopBrakeError as error:
+            verdict = None
+            got: tuple[Any, ...] = ("denied", f"{error.kind}{error.period or ''}", error.count)
+            if isinstance(error, LoopBrakeHalt):
+                got = (*got, error.halt_rule, error.tool_name)
+        else:
+            outcome_ = "would_deny" if verdict.would_deny else "warned" if verdict.warning else "allowed"
+            got = (outcome_, "", verdict.count)
+        assert got == expected, (tool, args, session, call_id)
+        rules = model.settings.rules_for(tool)
+        if verdict is not None and rules is not None and rules.max_failures is not None:  # the tool ran
+            model.fail(session, tool, call_id, failed)
+            await brake._maybe(brake.brake.observe(verdict, {"ok": not failed}, failed))
