@@ -36,6 +36,9 @@ version):
   2.31x)
 * sync check with `warn_at` + shadow mode; with cycles (4 x 3) / rules off:
   target <= 1.1x; 1.2x; measured 1.00x; 1.08x
+* sync check of a brake reading the fleet's kill switch in the background /
+  the same check with no kill switch (`kill_switch_cost`, issue 24): target
+  <= 1.1x; measured 1.00x (1.003x), on a loaded machine, not in the full run above
 * async, 64 tasks / redis.asyncio `EVALSHA return 1` from 64 tasks,
   unpipelined; in pipelines of 64, one in flight: target >= 2x; 1x; measured
   4.70x; 1.37x (1.17x)
