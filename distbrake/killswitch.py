@@ -2,31 +2,37 @@
 
 `brake.block_all()` (`distbrake block --all`) sets one key, `<prefix>:halt-all`
 (a Cluster routes it like any key). A brake never reads it inside a check (no
-round trip more per check): a reader, started by the brake's first check,
-reads it every READ_SECONDS while checks happen (a daemon thread for a sync
-brake, a task of the event loop for the asyncio brake; `close`/`aclose` stop
-it), and a check tests one attribute, `pending`:
+round trip more per check): it is read in the background, at most every
+READ_SECONDS while checks happen, and a check tests one attribute, `pending`:
 
-* None: the switch is not set, and the reader knows checks happen;
+* None: the switch is not set, and no read is due;
 * `Stop`: the switch is set: the check raises `LoopBrakeHalt` (halt_rule
   "kill", the operator's who and reason), exempt tools too;
 * NOTE: the next check takes the slow path once (it notes that checks happen,
-  and starts the reader if it is not running). Each read sets it again, so
-  one check per read takes a lock.
+  and starts a read when one is due). Each read sets it again, so one check
+  per read takes a lock.
+
+A sync brake's reader is a daemon thread, started by the first check, reading
+every READ_SECONDS and pausing after IDLE_SECONDS without a check; `close`
+ends it. An asyncio brake keeps no task between reads: a check starts a read
+(a short task of its loop) when one is due, and a timer makes the next one
+due READ_SECONDS after it; its first read on a loop comes READ_SECONDS after
+its first check; `aclose` cancels what is pending.
 
 Staleness, stated: a check never waits for a read; it is judged by the
 switch as last read. A worker that keeps checking sees a switch within
-READ_SECONDS plus one round trip. A read that fails (Redis down) keeps the
-last value: a set switch stays in force (until its TTL, counted on the
+READ_SECONDS plus a round trip or two. A read that fails (Redis down) keeps
+the last value: a set switch stays in force (until its TTL, counted on the
 brake's clock from the read that saw it), an unset one stays unset (and the
-checks go to the failure policy anyway). The reader pauses after
-IDLE_SECONDS without a check (no reads from an idle process); the first
-checks after such a pause are judged by the last read until the reader's
-next read (one round trip later). A forked child starts a reader of its own.
+checks go to the failure policy anyway). After a pause (a sync reader idle
+IDLE_SECONDS, an asyncio brake between checks), the first checks are judged
+by the last read until the next read (one round trip later; an asyncio
+brake's first read on a loop, READ_SECONDS after its first check). A forked
+child starts a reader of its own.
 
 An in-process brake's switch is its own (`block_all` sets it, no reader);
 a `FileBrake` reads the streak file's switch itself, at most every
-READ_SECONDS (a local read, no round trip).
+READ_SECONDS (a local read, no round trip), and each of its steps reads it too.
 """
 
 from __future__ import annotations
@@ -177,6 +183,8 @@ class _Reader(KillSwitch):
             self._generation += 1
             self._start(self._generation)
 
+    _keeps_running = False  # after a read: the async reader is still "running" until its next read is due
+
     def _lapsed(self) -> Stop | _Note | None:
         return NOTE
 
@@ -206,8 +214,9 @@ class _Reader(KillSwitch):
             if failed:
                 stop = self.pending if isinstance(self.pending, Stop) else None
             self.pending = NOTE if stop is None else stop
-            self._running = now - self._last_seen < IDLE_SECONDS
-            return self._running
+            going = now - self._last_seen < IDLE_SECONDS
+            self._running = going or self._keeps_running
+            return going
 
     def read_failed(self, error: BaseException) -> None:
         """A read that failed: an outage is the failure policy's news (DEBUG here); a refusal is said once."""
@@ -288,25 +297,61 @@ class ThreadReader(_Reader):
 
 
 class AsyncReader(_Reader):
-    """An asyncio brake's switch: a task of the brake's event loop reads it (`read()` is a coroutine function)."""
+    """An asyncio brake's switch, read by the checks' own event loop (`read()` is a coroutine function).
 
-    __slots__ = ("_task",)
+    No task lives between reads (a loop a host closes by hand leaves nothing
+    pending but a timer): a check that takes the slow path while no read is
+    due starts one (a short task: one GET and PTTL), and 0.5 s after a read
+    ends a timer makes the next check start the next one. So reads happen
+    only while checks do, at most every READ_SECONDS. The first read of a
+    brake on a loop waits READ_SECONDS after its first check (a loop run for
+    one short call does not get a read in flight when it ends).
+    """
+
+    __slots__ = ("_fresh", "_task", "_timer")
+    _keeps_running = True
 
     def __init__(self, decided_by: str, read: Callable[[], Awaitable[Stop | None]]) -> None:
         super().__init__(decided_by, read)
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._fresh = True  # no read yet on this loop
 
     def _start(self, generation: int) -> None:
         import asyncio
 
-        self._task = asyncio.get_running_loop().create_task(self._run(generation), name="distbrake-kill-switch")
+        loop = asyncio.get_running_loop()
+        if self._fresh:
+            self._fresh = False
+            self._timer = loop.call_later(READ_SECONDS, self._spawn, generation)
+        else:
+            self._spawn(generation)
+
+    def _spawn(self, generation: int) -> None:
+        import asyncio
+
+        if generation == self._generation:
+            self._task = asyncio.get_running_loop().create_task(self._run(generation), name="distbrake-kill-switch")
 
     async def _run(self, generation: int) -> None:
-        while await self._once(generation):
-            await _sleep(READ_SECONDS)
+        """One read; then, READ_SECONDS later, the next check starts the next one (`_due`)."""
+        import asyncio
+
+        await self._once(generation)
+        with self._lock:
+            if generation == self._generation:
+                self._task = None
+                self._timer = asyncio.get_running_loop().call_later(READ_SECONDS, self._due, generation)
+
+    def _due(self, generation: int) -> None:
+        with self._lock:
+            if generation == self._generation:
+                self._timer, self._running = None, False
+                if not isinstance(self.pending, Stop):
+                    self.pending = NOTE
 
     async def _once(self, generation: int) -> bool:
-        """One read (its frame holds the brake only while it reads); False when the reader should end."""
+        """One read (its frame holds the brake only while it reads)."""
         read = self._read()
         if read is None:  # the brake is gone
             return False
@@ -317,30 +362,31 @@ class AsyncReader(_Reader):
             return self.read_done(None, True, generation)
         return self.read_done(stop, False, generation)
 
+    def _drop(self) -> asyncio.Task[None] | None:
+        """Stop the current reader (under the lock): its timer cancelled; its read in flight, returned."""
+        self._stop()
+        if self._timer is not None:
+            self._timer.cancel()
+        task, self._task, self._timer = self._task, None, None
+        return task
+
     def moved(self) -> None:
-        """The brake moved to another event loop: the old loop's task is gone; the next check starts one."""
+        """The brake moved to another event loop: the old loop's read is gone; the next check starts one."""
         with self._lock:
-            self._stop()
-            self._task = None
+            self._drop()
+            self._fresh = True
 
     async def aclose(self) -> None:
-        """End the reader (the brake's `aclose`), waiting for its task when it is this loop's."""
+        """End the reader (the brake's `aclose`), waiting for a read in flight when it is this loop's."""
         import asyncio
         import contextlib
 
         with self._lock:
-            self._stop()
-            task, self._task = self._task, None
+            task = self._drop()
         if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
 
 
 class FileSwitch(KillSwitch):
