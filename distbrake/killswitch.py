@@ -300,12 +300,12 @@ class AsyncReader(_Reader):
     """An asyncio brake's switch, read by the checks' own event loop (`read()` is a coroutine function).
 
     No task lives between reads (a loop a host closes by hand leaves nothing
-    pending but a timer): a check that takes the slow path while no read is
-    due starts one (a short task: one GET and PTTL), and 0.5 s after a read
-    ends a timer makes the next check start the next one. So reads happen
-    only while checks do, at most every READ_SECONDS. The first read of a
-    brake on a loop waits READ_SECONDS after its first check (a loop run for
-    one short call does not get a read in flight when it ends).
+    pending but a timer): a check that takes the slow path when a read is due
+    starts one (a short task: one GET and PTTL), and READ_SECONDS after a read
+    ends a timer makes the next one due. So reads happen only while checks
+    do, each started by a check, at most every READ_SECONDS. The first read
+    of a brake on a loop is due READ_SECONDS after its first check (a loop
+    run for one short call never gets a read in flight when it ends).
     """
 
     __slots__ = ("_fresh", "_task", "_timer")
@@ -321,17 +321,11 @@ class AsyncReader(_Reader):
         import asyncio
 
         loop = asyncio.get_running_loop()
-        if self._fresh:
+        if self._fresh:  # the first read is due READ_SECONDS after the first check (and a check starts it)
             self._fresh = False
-            self._timer = loop.call_later(READ_SECONDS, self._spawn, generation)
+            self._timer = loop.call_later(READ_SECONDS, self._due, generation)
         else:
-            self._spawn(generation)
-
-    def _spawn(self, generation: int) -> None:
-        import asyncio
-
-        if generation == self._generation:
-            self._task = asyncio.get_running_loop().create_task(self._run(generation), name="distbrake-kill-switch")
+            self._task = loop.create_task(self._run(generation), name="distbrake-kill-switch")
 
     async def _run(self, generation: int) -> None:
         """One read; then, READ_SECONDS later, the next check starts the next one (`_due`)."""
@@ -376,14 +370,17 @@ class AsyncReader(_Reader):
             self._drop()
             self._fresh = True
 
-    async def aclose(self) -> None:
-        """End the reader (the brake's `aclose`), waiting for a read in flight when it is this loop's."""
+    async def aclose(self, wait: float) -> None:
+        """End the reader (the brake's `aclose`): a read in flight on this loop is given `wait` seconds to end
+        (a read cancelled inside the client may leave its connection open), then cancelled."""
         import asyncio
         import contextlib
 
         with self._lock:
             task = self._drop()
         if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), wait)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -372,7 +372,7 @@ class AsyncDistributedBrake(AsyncOperatorMixin, DistributedBase):
         (waiting at most two seconds).
         """
         await self._enter()
-        await self.switch.aclose()
+        await self.switch.aclose(2 * self.settings.timeout_seconds)  # a read's connect and reply, at most
         if self.watch is not None:
             await self.watch.aflush()
         await self._close_connections()
