@@ -143,8 +143,8 @@ class KillSwitch:
         """Read the switch now, in this thread, for a process that makes one check (`distbrake hook`): its
         check is then judged by this read (and starts no reader). Nothing to read here."""
 
-    def close(self) -> None:
-        """End the reader (the brake's `close`); this one has none."""
+    def close(self, wait: float = 0.0) -> None:
+        """End the reader (the brake's `close`), waiting at most `wait` for a read in flight; this one has none."""
 
     @property
     def stop(self) -> Stop | None:
@@ -284,11 +284,15 @@ class ThreadReader(_Reader):
         while self._once(generation) and not wake.wait(READ_SECONDS):
             pass
 
-    def close(self) -> None:
-        """End the reader (the brake's `close`)."""
+    def close(self, wait: float = 0.0) -> None:
+        """End the reader (the brake's `close`): a read in flight is given `wait` seconds to end (the brake then
+        closes its connections: none is left half-used)."""
         with self._lock:
             self._stop()
             self._wake.set()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and thread.is_alive():
+            thread.join(wait)
 
     def forked(self) -> None:
         """In a forked child: no reader runs here (the parent's thread was not copied)."""

@@ -307,7 +307,7 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
 
         The fleet view's counters noted so far are written first (waiting at most two seconds).
         """
-        self.switch.close()
+        self.switch.close(2 * self.settings.timeout_seconds)  # a read's connect and reply, at most
         if self.watch is not None:
             self.watch.flush()
         for connection in list(self._connections):
