@@ -127,7 +127,10 @@ class Driver:
 
         scripted = model(*(calls(i) for i in plan.ids))
         agent = create_agent(scripted, [search], middleware=[LoopBrakeMiddleware(brake, **options)])
-        result = await agent.ainvoke(INPUT, config(plan.conversation))
+        try:
+            result = await agent.ainvoke(INPUT, config(plan.conversation))
+        finally:
+            plan.asked = len(scripted.prompts)
         return [
             Seen(m.status == "error", str(m.content)) for m in result["messages"] if isinstance(m, ToolMessage)
         ]

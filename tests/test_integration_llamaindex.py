@@ -103,8 +103,11 @@ class Driver:
 
         script = repeating(len(plan.ids))
         agent = FunctionAgent(tools=guard_tools(brake, [FunctionTool.from_defaults(search)], **options), llm=script.llm)
-        with bind_session(plan.conversation):
-            await agent.run(user_msg="weather?")
+        try:
+            with bind_session(plan.conversation):
+                await raise_on_denial(agent.run(user_msg="weather?"))
+        finally:
+            plan.asked = len(script.inputs)
         return [
             Seen(text.startswith("loop brake"), text) for turn in range(1, len(plan.ids) + 1)
             for text in script.results(turn)

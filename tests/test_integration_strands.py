@@ -114,7 +114,10 @@ class Driver:
 
         model = ScriptedModel(*(calls(i) for i in plan.ids))
         agent = Agent(model=model, tools=[search], hooks=[LoopBrakeHook(brake, **options)], callback_handler=None)
-        await agent.invoke_async("weather?", invocation_state={"session_id": plan.conversation})
+        try:
+            await agent.invoke_async("weather?", invocation_state={"session_id": plan.conversation})
+        finally:
+            plan.asked = len(model.requests)
         return [
             Seen(status == "error", "\n".join(texts)) for request in range(1, len(plan.ids) + 1)
             for _, status, texts in model.texts(request)

@@ -155,6 +155,17 @@ def _observed(result: object) -> object:
     return result
 
 
+def _tool_error(result: object) -> bool:
+    """Whether a tool's result is LangChain's tool error (a `ToolMessage` with `status="error"`, also
+    inside a `Command`): a failed call for a tool with `max_failures`."""
+    if isinstance(result, ToolMessage):
+        return result.status == "error"
+    if isinstance(result, Command) and isinstance(result.update, dict):
+        messages = result.update.get("messages")
+        return isinstance(messages, list) and any(_tool_error(m) for m in messages if isinstance(m, ToolMessage))
+    return False
+
+
 def _warned_message(message: ToolMessage, warning: str) -> ToolMessage:
     """`message` with `warning` added to its content; everything else kept."""
     content = message.content
@@ -243,7 +254,9 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
             return self._deny(request, error)
         token = _running.set(mark)
         try:
-            result = kernel.run_allowed_sync(self.brake, verdict, lambda: handler(request), _observed)
+            result = kernel.run_allowed_sync(
+                self.brake, verdict, lambda: handler(request), _observed, failed=_tool_error
+            )
         finally:
             _running.reset(token)
         return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))
@@ -262,7 +275,9 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
             return self._deny(request, error)
         token = _running.set(mark)
         try:
-            result = await kernel.run_allowed(self.brake, verdict, lambda: handler(request), _observed)
+            result = await kernel.run_allowed(
+                self.brake, verdict, lambda: handler(request), _observed, failed=_tool_error
+            )
         finally:
             _running.reset(token)
         return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))

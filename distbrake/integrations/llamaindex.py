@@ -122,6 +122,10 @@ def _raw_output(output: ToolOutput) -> object:
     return output.raw_output
 
 
+def _is_error(output: ToolOutput) -> bool:
+    return bool(output.is_error)
+
+
 def _step_context() -> Context | None:
     """The workflow `Context` of the step running this call, or None outside a workflow."""
     try:
@@ -164,7 +168,7 @@ class BrakedFunctionTool(FunctionTool):
             return guard.refused(self, error)
         output = kernel.run_allowed_sync(
             guard.brake, verdict, lambda: super(BrakedFunctionTool, self).call(*args, **kwargs), _raw_output,
-            Exception,
+            Exception, _is_error,
         )
         return with_warning(output, kernel.warning_of(verdict))
 
@@ -177,7 +181,7 @@ class BrakedFunctionTool(FunctionTool):
             return guard.refused(self, error)
         output = await kernel.run_allowed(
             guard.brake, verdict, lambda: super(BrakedFunctionTool, self).acall(*args, **kwargs), _raw_output,
-            Exception,
+            Exception, _is_error,
         )
         return with_warning(output, kernel.warning_of(verdict))
 

@@ -207,6 +207,16 @@ def observed(result: object) -> object:
     return result
 
 
+def is_error(result: object) -> bool:
+    """Whether a tool result is a tool error (`isError`: a `CallToolResult`, FastMCP's result, their wire
+    dicts): a failed call for a tool with `max_failures`."""
+    if isinstance(result, Mapping):
+        return result.get("isError") is True or result.get("is_error") is True
+    if hasattr(result, "is_error"):  # first: FastMCP warns on reading the old name, `isError`
+        return getattr(result, "is_error", None) is True
+    return getattr(result, "isError", None) is True
+
+
 def with_warning(result: ResultT, warning: str | None) -> ResultT:
     """`result` with `warning` appended as a text content block (a `CallToolResult` or its
     wire dict; anything else unchanged)."""
@@ -289,14 +299,15 @@ class ToolCallGate(AdapterOptions):
         warn: Callable[[Any, str], Any],
     ) -> Any:
         """Check the `tools/call` of `params`; `refuse(error)` when refused, else run `call()` (its result or
-        exception observed for a progress-aware tool) and `warn(result, warning)` when the verdict warns."""
+        exception observed for a progress-aware tool or one with `max_failures`: an exception or an `isError`
+        result failed) and `warn(result, warning)` when the verdict warns."""
         verdict, error = await self.screen(
             params.name, params.arguments or {}, session_id=session,
             call_id=meta_value(meta, self.call_id_key),
         )
         if error is not None:
             return refuse(error)
-        result = await run_allowed(self.brake, verdict, call, observed)
+        result = await run_allowed(self.brake, verdict, call, observed, failed=is_error)
         warning = warning_of(verdict)
         return result if warning is None else warn(result, warning)
 

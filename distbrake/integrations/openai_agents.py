@@ -200,9 +200,11 @@ def run_id(data: ToolInputGuardrailData) -> str | None:
 
 
 def denial_info(error: LoopBrakeError) -> dict[str, Any]:
-    """The denial as JSON-safe data (the guardrail's `output_info`); never the arguments."""
+    """The denial as JSON-safe data (the guardrail's `output_info`); never the arguments. `kind` is the
+    rule that refused (`"halt"`: the session is halted, the run was stopped whatever `on_deny` says)."""
     return {
         "code": error.code,
+        "kind": error.kind,
         "tool_name": error.tool_name,
         "count": error.count,
         "max_repeats": error.max_repeats,

@@ -140,6 +140,6 @@ class LoopBrakeHook(AdapterOptions, HookProvider):
         observed = event.exception if event.exception is not None else {
             "status": result.get("status"), "content": result.get("content"),
         }
-        warning = await settle(self.brake, verdict, observed)
+        warning = await settle(self.brake, verdict, observed, result.get("status") == "error")
         if warning is not None:
             event.result = {**result, "content": [*result.get("content", []), {"text": warning}]}
