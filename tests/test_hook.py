@@ -344,6 +344,26 @@ def test_a_halted_session_stops_claude_and_every_later_call_of_any_tool(tmp_path
     assert out(fresh) == ""  # other sessions go on
 
 
+def test_claude_codes_failed_tool_uses_count_for_max_failures(tmp_path: Path) -> None:
+    """`PostToolUseFailure` is a failed call: two in a row refuse the tool's next call (`max_failures=2`), whatever
+    its arguments; a `PostToolUse` between resets the count."""
+    env = hook_env(tmp_path, DISTBRAKE_MAX_REPEATS="10", DISTBRAKE_TOOLS='{"Bash": {"max_failures": 2}}')
+
+    def use(call: str, command: str, outcome: str) -> str:
+        pre = hook_events.claude_pre(session="flaky", call=call) | {"tool_input": {"command": command}}
+        answer = out(run("claude-code", pre, env))
+        if not answer:
+            post = pre | ({"hook_event_name": "PostToolUseFailure", "error": "exit 1"} if outcome == "fail" else
+                          {"hook_event_name": "PostToolUse", "tool_response": {"stdout": "ok"}})
+            assert out(run("claude-code", post, env)) == ""
+        return answer
+
+    assert [use("a", "make", "fail"), use("b", "make", "ok"), use("c", "make -j2", "fail"),
+            use("d", "make -j4", "fail")] == ["", "", "", ""]
+    refused = json.loads(use("e", "make -j8", "fail"))["hookSpecificOutput"]["permissionDecisionReason"]
+    assert refused.startswith('loop brake: tool "Bash" failed 2 times in a row'), refused
+
+
 def test_key_prefixes_keep_apart_in_the_streak_file(tmp_path: Path) -> None:
     env = hook_env(tmp_path)
     for i in range(2):
