@@ -22,6 +22,9 @@ A denied call never reaches the handler: the client receives
 `CallToolResult(content=[TextContent(text=str(error))], is_error=True)`, an
 ordinary tool error its model can read ("loop brake: tool "search" called 3
 times in a row with identical arguments (call 1a2b3c4d5e6f…, limit 3); ...").
+A server cannot end its client's run: a halted session (`LoopBrakeHalt`)
+gets that error result, saying the session is halted, for this and every
+later call of any tool.
 
 Which session a call belongs to -- the stateless-MCP trap
 ---------------------------------------------------------
@@ -69,7 +72,8 @@ the client's model reads when denial begins. Nothing is added in shadow mode
 (`enforce=False`). For a progress-aware tool (`tools={"poll": {"progress":
 True}}`) the result is observed after the handler returns (content,
 structured content and the error flag, never `_meta`), or the exception it
-raised, so a poller whose result changes is never denied.
+raised, so a poller whose result changes is never denied. For a tool with
+`max_failures` an exception or an `isError` result is a failed call.
 """
 
 from __future__ import annotations

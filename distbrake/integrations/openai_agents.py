@@ -14,8 +14,10 @@ denied call never runs; with `on_deny="reject"` (the default) the model gets
 the brake's text as the call's `function_call_output` and the run goes on, so
 the model can change course; with `on_deny="raise"` the run stops with
 `agents.exceptions.ToolInputGuardrailTripwireTriggered` (its
-`.output.output_info` holds the denial: code, tool, count, limit, hash prefix,
-session, message).
+`.output.output_info` holds the denial: code, kind, tool, count, limit, hash
+prefix, session, message). A halt (`LoopBrakeHalt`, the session is halted)
+raises that tripwire whatever `on_deny` says (`output_info["kind"] ==
+"halt"`).
 
 What is counted: the tool name and its arguments (the model's JSON string,
 parsed, so `{"q":"a"}` and `{ "q": "a" }` are the same call; a string that is

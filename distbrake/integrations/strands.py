@@ -33,6 +33,10 @@ On denial the tool does not run, and:
   `strands.types.exceptions.EventLoopException`, whose `__cause__` is the
   `LoopBrakeError`.
 
+A halt (`LoopBrakeHalt`) is raised whatever `on_deny` says: the invocation
+ends with that `EventLoopException`. A tool error (an exception, a result with
+`status: "error"`) is a failed call for a tool with `max_failures`.
+
 Warnings and progress-aware tools (`AfterToolCallEvent`): when an allowed
 call's verdict carries a warning (the brake's `warn_at`; never in shadow
 mode), the tool result gets one more `{"text": warning}` block after its own
