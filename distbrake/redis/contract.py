@@ -122,7 +122,8 @@ REPLY_REPLAYED = 1
 CYCLE_REPLY = ("code", "period", "hashes", "tools")  # hashes: RING_ENTRY bytes each, as hex
 # A check of a halted session: an array (REPLY_HALTED, the field x); nothing was counted.
 REPLY_HALTED = 0
-# A check in MODE_LADDER: an array, these items, then a cycle's period, hashes and tools when it completes one.
+# A check in MODE_LADDER: an array, these items, then a cycle's period, hashes and tools when it completes one;
+# when once_since, failures, calls and halts are all 0, the reply of MODE_CHECK (MODE_CYCLES with cycles) instead.
 LADDER_REPLY = ("code", "once_since", "failures", "calls", "halts")
 # An observation.
 OBSERVE_IGNORED = 0  # the streak has moved on
