@@ -17,7 +17,7 @@ from distbrake import DistributedBrake, LoopBrakeError, LoopBrakeHalt
 from distbrake.model import Halt
 from distbrake.redis.contract import FIELD_HALT, FIELD_ONCE, FIELD_STREAK, HALTED, ONCE_ENTRIES, ONCE_ENTRY
 from tests.backends import ALL_BRAKES, Brakes, Checker, face, store, where
-from tests.test_rule_options import LadderModel
+from tests.test_rule_options import LadderModel, ladder_answer
 
 STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
 LADDER = {
@@ -40,13 +40,7 @@ def raw(brakes: Brakes, kind: str) -> Any:
 
 async def answer(brake: Checker, tool: str, args: Any, session: str, call_id: str | None = None) -> tuple[Any, ...]:
     """As `LadderModel.check` answers (outcome, rule, number[, halt kind, tool])."""
-    try:
-        verdict = await brake.check(tool, args, session_id=session, call_id=call_id)
-    except LoopBrakeHalt as error:
-        return ("denied", "halt", error.count, error.halt_rule, error.tool_name)
-    except LoopBrakeError as error:
-        return ("denied", f"{error.kind}{error.period or ''}", error.count)
-    return ("would_deny" if verdict.would_deny else "warned" if verdict.warning else "allowed", "", verdict.count)
+    return (await ladder_answer(brake, tool, args, session, call_id))[0]
 
 
 async def test_replays_and_reused_call_ids_are_judged_on_the_facts_of_their_call(make: Callable[..., Checker]) -> None:
