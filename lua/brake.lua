@@ -27,7 +27,7 @@ ARGV[LONGEST]   MODE_CYCLES: the longest cycle period looked for, 2..4 (the same
 ARGV[REPEATS]   MODE_CYCLES: how many repetitions of a cycle deny, 2..10
 ARGV[LADDER]    MODE_LADDER: "halt_at cycle_halt_repeats once max_failures max_calls enforce", in decimal, 0 for a
                 rule that is off (enforce: 1 or 0); ARGV[LONGEST] and ARGV[REPEATS] are '0' when cycles are off
-ARGV[HALT_INFO] MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (0: no expiry),
+ARGV[HALT_INFO] MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (>= 1 ms),
                 ARGV[ABOUT] the field s for a session without a record (or '')
 
 An observation (MODE_OBSERVE) records the result of one call of a progress-aware
@@ -42,15 +42,15 @@ OBSERVE_IGNORED (0) when ignored.
 
 A failure observation (MODE_FAILED, after a call of a tool with max_failures ran): ARGV[RESULT] '1' (it
 failed) adds one to the tool's failures in a row in f<tool> (the same call id twice counts once), '0'
-(it succeeded) deletes f<tool>. Ignored (OBSERVE_IGNORED) when the session has no record or is halted.
+(it succeeded) empties f<tool> (when it holds a failure). Ignored (OBSERVE_IGNORED) when the session has no record or is halted.
 
 A halted session (h ends with HALTED, '!', after the count: "5!") is refused before anything: a check
 (any mode, a run too) gets {REPLY_HALTED, x}, nothing counted, nothing written, the TTL not refreshed (a
 halt lasts its TTL from the moment it was set); an observation is ignored. It is halted by a check in
 MODE_LADDER (below) or by an operator: MODE_BLOCK appends HALTED to h (or writes h = 16 zero bytes |
-NO_ID | NO_ID | ttl | "0!" when there is no record), writes x, sets the key's TTL to ARGV[TTL] (0: no
-expiry; h keeps that ttl) and returns 1; MODE_UNBLOCK deletes a halted session's record (returns 1), and
-leaves any other alone (returns 0).
+NO_ID | NO_ID | ttl | "0!" when there is no record), writes x, sets the key's TTL to ARGV[TTL] (>= 1; h
+keeps that ttl) and returns 1; MODE_UNBLOCK deletes a halted session's record (returns 1), and leaves any
+other alone (returns 0).
 
 The ladder (MODE_LADDER; the twin of distbrake/model.py's `check`): the streak step (and the ring step
 when ARGV[LONGEST] is not '0') as in MODE_CHECK/MODE_CYCLES, then the call's facts: once_since (the
@@ -82,6 +82,7 @@ The record's fields (packed: every byte of every session counts):
   o (FIELD_ONCE)    once-only tools only: ONCE_ENTRY (17) bytes per call that ran: ONCE_HASH (8) bytes of the call
                     hash | call id (5) | Unix seconds (4, big-endian), oldest first
   f<tool>           max_failures only: call id (5) of the tool's last failure | its failures in a row, decimal
+                    (empty after a success)
   n<tool>           max_calls only: the tool's counted calls in the session, decimal (<tool>: as in ARGV[ABOUT])
 Ladder rules off, an unhalted session's record is what it was before them (no field more).
 The layout did not change when the mode argument came (only ARGV did): records of the previous version are read
@@ -168,12 +169,14 @@ if mode ~= MODE_CHECK then
     end
     -- the tool's field: its name as ARGV[ABOUT] holds it (after the length byte)
     local field = FIELD_FAILURES .. sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)
-    if ARGV[RESULT] ~= '1' then  -- a success: the tool's failures in a row start again
-      rcall('HDEL', key, field)
+    local seen = rcall('HGET', key, field)
+    if ARGV[RESULT] ~= '1' then  -- a success: the tool's failures in a row start again (the field emptied)
+      if seen and seen ~= '' then
+        rcall('HSET', key, field, '')
+      end
       return OBSERVE_RECORDED
     end
     local id = sub(call, CALL_TTL_END + 1, CALL_TTL_END + ID_BYTES)
-    local seen = rcall('HGET', key, field)
     local failed = 0
     if seen then
       if sub(seen, 1, ID_BYTES) == id then
@@ -203,16 +206,12 @@ if mode ~= MODE_CHECK then
       rcall('HSET', key, FIELD_STREAK, head .. packed .. tail, FIELD_HALT, ARGV[HALT_INFO],
         FIELD_ABOUT, ARGV[ABOUT])
     end
-    if ttl > 0 then
-      rcall('PEXPIRE', key, ttl)
-    else
-      rcall('PERSIST', key)
-    end
+    rcall('PEXPIRE', key, ttl)
     return 1
   elseif mode == MODE_UNBLOCK then
     local record = rcall('HGET', key, FIELD_STREAK)
     if record and byte(record, -1) == HALTED_BYTE then
-      return rcall('DEL', key)
+      return rcall('PEXPIRE', key, 0)  -- a timeout of 0 deletes the key (no command the checks do not run)
     end
     return 0
   elseif mode == MODE_LADDER then

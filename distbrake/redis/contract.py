@@ -18,7 +18,8 @@ The record (one Redis hash per session) has these fields:
     c  cycles only: two period bytes | one count byte n | the ring (n entries) | the tools
     x  halted sessions only: why (HALT_PARTS joined by NUL bytes); h then ends with HALTED
     o  once-only tools only: ONCE_ENTRY bytes per once-only call that ran (hash | call id | Unix seconds)
-    f<tool>  max_failures only: the call id of the tool's last observed failure | its failures in a row
+    f<tool>  max_failures only: the call id of the tool's last observed failure | its failures in a row (empty
+             after a success)
     n<tool>  max_calls only: the tool's calls in the session, in decimal
 
 The record's layout is unchanged by the mode argument (which changed ARGV,
@@ -94,7 +95,7 @@ RESULT = 8  # MODE_OBSERVE: the tool result's digest (RESULT_BYTES)
 LONGEST = 8  # MODE_CYCLES: the longest cycle period looked for, 2..4
 REPEATS = 9  # MODE_CYCLES: how many repetitions of a cycle deny, 2..10
 LADDER = 10  # MODE_LADDER: b"halt_at cycle_halt_repeats once max_failures max_calls enforce", decimal, 0: off
-HALT_INFO = 1  # MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (0: none)
+HALT_INFO = 1  # MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (>= 1 ms)
 
 # ARGV[CALL]: the call hash, the ttl, then each call's id.
 CALL_HASH_END = 16  # 16 bytes of the call hash
