@@ -3,7 +3,9 @@
 Written once and run on every brake (`tests.backends.ALL_BRAKES`), plus a
 hypothesis test that drives random call sequences through a small pure
 reference model and through every brake kind and requires identical
-verdicts, counts, warnings and would-deny flags.
+verdicts, counts, warnings and would-deny flags; and one more for the ladder
+(issue 24: halt_at, cycle_halt_repeats, once, max_failures with observed
+failures, max_calls, shadow mode), against its own small model (`LadderModel`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from distbrake import (
@@ -172,9 +174,12 @@ class Model:
         self.rings: dict[str, list[str]] = {}  # cycles: the counted calls' hashes, oldest first
         self.cycles: dict[str, tuple[int, int]] = {}  # the period the last and the previous call completed
 
-    def observe(self, session: str, result: object) -> None:
-        """The tool ran right after its check: a changed result restarts the streak at 1."""
+    def observe(self, session: str, call_id: str | None, result: object) -> None:
+        """The tool ran right after its check: a changed result restarts the streak at 1; ignored when the call
+        is not the streak's last (a replay of the previous call id)."""
         digest, count, last, _previous = self.records[session]
+        if last != call_id:
+            return
         if session in self.results and self.results[session] != result and count > 1:
             self.records[session] = (digest, 1, last, None)
         self.results[session] = result
@@ -259,6 +264,11 @@ CYCLING = st.lists(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(  # the observation of a replay of the previous call id is ignored (the model observed it: a fault of the test)
+    calls=[("f", {"q": 0}, "s1", "c2", 1), ("f", {"q": 0}, "s1", None, 1), ("f", {"q": 0}, "s1", "c2", 0),
+           ("f", {"q": 0}, "s1", "c2", 0)],
+    warn_at=None, cycles=(0, 3),
+)
 @given(
     calls=st.one_of(st.lists(CALL, max_size=14), CYCLING),
     warn_at=st.sampled_from([None, 2]),
@@ -285,7 +295,7 @@ async def test_every_brake_agrees_with_the_reference_model(
             got = (verdict.count, verdict.warning, verdict.would_deny, "")
         assert got == expected, (tool, args, session, call_id)
         if tool == "f" and verdict is not None:  # the tool ran: its result is observed
-            model.observe(session, result)
+            model.observe(session, call_id, result)
             await brake._maybe(brake.brake.observe(verdict, {"status": result}))
 
 
