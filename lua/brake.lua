@@ -310,56 +310,60 @@ else
   end
 
 end
--- A halted session (h ends with HALTED): refused, nothing counted or written, the TTL left as it is.
-if record and byte(record, -1) == HALTED_BYTE then
-  return {REPLY_HALTED, rcall('HGET', key, FIELD_HALT) or ''}
+local stored = nil  -- the record's count when it holds this call's streak
+if record then
+  if find(record, hash, 1, true) == 1 then
+    stored = tonumber(sub(record, H_TTL_END + 1))  -- nil for a halted record ("5!")
+  end
+  -- A halted session (h ends with HALTED): refused, nothing counted or written, the TTL left as it is. (Tested
+  -- only when the record does not go on with this call's streak: a streak that goes on costs nothing more.)
+  if not stored and byte(record, -1) == HALTED_BYTE then
+    return {REPLY_HALTED, rcall('HGET', key, FIELD_HALT) or ''}
+  end
 end
 local n = 0
 local before = NO_ID
 -- what the ladder judges: a replay and its count, the streak's reply, its cycle's period, whether it halts, field h
 local replayed, count, reply, period, halts, streak = false, nil, nil, 0, false, nil
-if record and find(record, hash, 1, true) == 1 then
-  local stored = tonumber(sub(record, H_TTL_END + 1))
-  if stored then
-    local last_id = sub(record, H_HASH_END + 1, H_LAST_END)
-    local again = nil
-    -- a run is resent whole when its last two call ids are the record's last two
-    if last == last_id and (k == 1 or sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
-        == sub(record, H_LAST_END + 1, H_PREVIOUS_END)) then
-      again = stored
-    elseif k == 1 and stored > 1 and find(record, last, H_LAST_END + 1, true) == H_LAST_END + 1 then
-      again = stored - 1
-    end
-    if again then
-      local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
-      local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
-      if ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW]) then
-        rcall('PEXPIRE', key, ARGV[TTL])
-        local code = again * REPLY_COUNT + REPLY_REPLAYED
-        if again >= limit then
-          code = code + REPLY_DENIED
-        end
-        reply = code
-        if cycles then
-          local periods, entries, tools = parse_ring()
-          local previous = again ~= stored and 1 or 0
-          period = byte(periods, 1 + previous)
-          local at_end = #entries / RING_ENTRY - previous
-          if period > 0 and at_end >= period and #name_list(tools) >= period + previous then
-            reply = cycle_reply(code, period, entries, tools, at_end)
-          else
-            period = 0
-          end
-        end
-        if not ladder then
-          return reply
-        end
-        replayed, count = true, again  -- judged by the ladder below
-      end
-    end
-    n = stored
-    before = last_id
+if stored then
+  local last_id = sub(record, H_HASH_END + 1, H_LAST_END)
+  local again = nil
+  -- a run is resent whole when its last two call ids are the record's last two
+  if last == last_id and (k == 1 or sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
+      == sub(record, H_LAST_END + 1, H_PREVIOUS_END)) then
+    again = stored
+  elseif k == 1 and stored > 1 and find(record, last, H_LAST_END + 1, true) == H_LAST_END + 1 then
+    again = stored - 1
   end
+  if again then
+    local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
+    local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
+    if ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW]) then
+      rcall('PEXPIRE', key, ARGV[TTL])
+      local code = again * REPLY_COUNT + REPLY_REPLAYED
+      if again >= limit then
+        code = code + REPLY_DENIED
+      end
+      reply = code
+      if cycles then
+        local periods, entries, tools = parse_ring()
+        local previous = again ~= stored and 1 or 0
+        period = byte(periods, 1 + previous)
+        local at_end = #entries / RING_ENTRY - previous
+        if period > 0 and at_end >= period and #name_list(tools) >= period + previous then
+          reply = cycle_reply(code, period, entries, tools, at_end)
+        else
+          period = 0
+        end
+      end
+      if not ladder then
+        return reply
+      end
+      replayed, count = true, again  -- judged by the ladder below
+    end
+  end
+  n = stored
+  before = last_id
 end
 if not replayed then
   if k > 1 then
