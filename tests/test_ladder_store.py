@@ -23,7 +23,8 @@ STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
 LADDER = {
     "max_repeats": 3, "halt_at": 5, "timeout_seconds": 10.0,
     "tools": {"mail": {"once": True}, "web": {"max_calls": 3}, "flaky": {"max_failures": 2},
-              "ping": {"exempt": True}, "quiet": {"enforce": False, "once": True, "max_calls": 2}},
+              "ping": {"exempt": True}, "quiet": {"enforce": False, "once": True, "max_calls": 2},
+              "poll": {"progress": True}},
 }
 
 
@@ -133,7 +134,7 @@ async def test_an_operator_blocks_and_unblocks_one_session(kind: str, brakes: Br
 
 
 @pytest.mark.parametrize("kind", STORED_BRAKES)
-async def test_failure_observations_are_ignored_without_a_record_or_when_halted(kind: str, brakes: Brakes) -> None:
+async def test_observations_are_ignored_without_a_record_or_when_halted(kind: str, brakes: Brakes) -> None:
     brake = Checker(brakes(kind, **LADDER))
     client = raw(brakes, kind)
     verdict = await brake.check("flaky", {"n": 1}, session_id="s")
@@ -143,7 +144,11 @@ async def test_failure_observations_are_ignored_without_a_record_or_when_halted(
     verdict = await brake.check("flaky", {"n": 1}, session_id="s")
     await brake._maybe(brake.brake.block_key(brake.brake.key("s"), Halt("block", 1.0), 60_000))
     await brake._maybe(brake.brake.observe(verdict, RuntimeError("x")))
+    polled = await brake.check("poll", {}, session_id="p")  # a progress-aware tool's result, halted
+    await brake._maybe(brake.brake.block_key(brake.brake.key("p"), Halt("block", 1.0), 60_000))
+    await brake._maybe(brake.brake.observe(polled, {"status": "done"}))
     assert not any(field.startswith(b"f") for field in client.hgetall(brake.brake.key("s")))
+    assert b"r" not in client.hgetall(brake.brake.key("p"))
 
 
 @pytest.mark.parametrize("kind", ["sync-redis", "sync-memory"])
