@@ -137,11 +137,8 @@ CASES: list[tuple[str, str, str | None, ServerIdentity]] = [
      known("Valkey", "8.0.2", "cluster", redis_version="7.2.4")),
     ("unknown, redis_version only", UNKNOWN_COMPATIBLE, CLUSTER_OFF,
      known("Redis-compatible", "7.2.0", "single", "redis_version 7.2.0")),
-    ("dragonfly-like", DRAGONFLY_LIKE, None,
-     known("Redis-compatible", "df-v1.25.2", "single", "dragonfly_version df-v1.25.2, redis_version 7.4.0",
-           redis_version="7.4.0")),
-    ("keydb-like", KEYDB_LIKE, CLUSTER_ON,
-     known("Redis-compatible", "6.3.4", "cluster", "redis_version 6.3.4, executable keydb-server")),
+    ("dragonfly-like", DRAGONFLY_LIKE, None, known("Dragonfly", "1.25.2", "single", redis_version="7.4.0")),
+    ("keydb-like", KEYDB_LIKE, CLUSTER_ON, known("KeyDB", "6.3.4", "cluster")),
     ("sentinel process", SENTINEL_PROCESS, None, known("Redis", "7.0.15", "sentinel")),
 ]
 
