@@ -37,7 +37,7 @@ def test_exported_members_are_the_documented_list() -> None:
 
 def test_every_public_name_is_in_the_readme_reference() -> None:
     text = README.read_text(encoding="utf-8")
-    reference = text[text.index("## Reference"):]
+    reference = text[text.index("\n# Reference\n"):]
     missing = [name for name in DOCUMENTED if name != "__version__" and f"`{name}" not in reference]
     assert missing == []
 

@@ -25,6 +25,22 @@ The record (one Redis hash per session) has these fields:
 The record's layout is unchanged by the mode argument (which changed ARGV,
 and so the script's SHA, only): a record the previous version of the script
 wrote is read, and its streak continued, as it is.
+
+A mixed-version fleet. The record carries no version byte: each worker loads
+its own script by SHA (a script's arguments go only from a worker to its own
+script), so workers of different checkouts share one Redis and its records.
+Older readers (`inspect`, `list`) cannot parse `j` ending in `p`: they show a
+progress-aware tool's recorded limit as unknown (`max_repeats` null, `state`
+`unknown`) and judge it by their own settings; readers from before the packing
+of `s` (ABOUT_PACKED_UUID) mis-read the tool and session of a record whose
+session id holds a UUID. Older writers ignore `c` (the calls they count never
+enter the cycle ring) and `r` (a tool is progress-aware only on newer workers),
+and take a repeated call id for a replay however late it comes, so a host that
+reuses `call_0` every turn is braked only by newer workers. Counts and denials
+are otherwise the same. The ladder needs every worker on its version: an older
+writer reads no count in a halted `h` ("5!"), starts the streak afresh and so
+lifts the halt, and ignores `o`, `f<tool>` and `n<tool>`; an older reader lists
+no halted session (its `h` is not a record to it).
 """
 
 from __future__ import annotations
