@@ -86,6 +86,12 @@ class SessionState:
     max_repeats: int | None = None
     warn_at: int | None = None
     enforcing: bool | None = None
+    halt: Halt | None = None  # the session is halted (a rule, or an operator's block): why
+
+    @property
+    def halted(self) -> bool:
+        """Every check of the session is refused until the halt is lifted or the record expires."""
+        return self.halt is not None
 
     @property
     def rules(self) -> Rules | None:

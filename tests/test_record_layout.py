@@ -20,7 +20,7 @@ from distbrake import DistributedBrake, LoopBrakeError, call_hash, session_key
 from distbrake.core import PreparedCall
 from distbrake.model import Rules
 from distbrake.redis import contract, wire
-from distbrake.redis.contract import JUDGED, MODE, REPEATS, RESULT
+from distbrake.redis.contract import JUDGED, LADDER, LONGEST, MODE, REPEATS, RESULT
 from distbrake.redis.wire import decode_reply, encode_call, resp_evalsha, script_sha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
 
@@ -78,10 +78,23 @@ def test_the_script_keeps_integer_counts_on_lua_5_4() -> None:
         "raw = brake.client.hget(brake.key('s'), 'h')\n"
         "state = brake.inspect('s')\n"
         "print(raw[31:].decode(), state.count if state else None)\n"
+        # the ladder's numbers too: a halt's x, a once-only call's time, a cap's count, a block's ttl
+        "ladder = DistributedBrake.from_url('memory://lua54', key_prefix='l', halt_at=4,\n"
+        "                                   tools={'mail': {'once': True, 'max_calls': 5}})\n"
+        "for _ in range(4):\n"
+        "    try: ladder.check('search', {}, session_id='h')\n"
+        "    except LoopBrakeError: pass\n"
+        "ladder.check('mail', {}, session_id='m')\n"
+        "halt = ladder.inspect('h').halt\n"
+        "fields = ladder.client.hgetall(ladder.key('m'))\n"
+        "from distbrake.model import Halt\n"
+        "ladder.block_key(ladder.key('b'), Halt('block', 1.0), 70000)\n"
+        "print(halt.count, halt.limit, halt.since > 1e9, len(fields[b'o']), fields[b'nmail'].decode(),\n"
+        "      ladder.client.hget(ladder.key('b'), 'h')[26:31] == (70000).to_bytes(5, 'big'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "FAKEREDIS_LUA_VERSION": "5.4"}, timeout=60)
-    assert out.stdout.split() == ["2", "2"]
+    assert out.stdout.split() == ["2", "2", "4", "4", "True", "17", "1", "True"]
 
 
 def redis_py_packs(key: str, argv: tuple[bytes | int, ...]) -> bytes:
@@ -111,6 +124,17 @@ def test_a_checks_packed_evalsha_is_its_key_and_argv_on_the_wire(
                 assert (seen, observed[1:]) == (key, (b"o", *argv[2:7], b"r" * 8))
                 assert len(observed) == RESULT
                 assert packed == resp_evalsha(seen, observed) == redis_py_packs(seen, observed)
+                # a failure observation: the same, its mode and whether the call failed
+                seen, observed, packed = encode_call(call, "team", 60_000, 500, cycles, failed=True)
+                assert (seen, observed[1:]) == (key, (b"f", *argv[2:7], b"1"))
+                assert packed == resp_evalsha(seen, observed) == redis_py_packs(seen, observed)
+            # a tool with a rule of the ladder: MODE_LADDER, the cycle arguments (0 0 without cycles), ARGV[LADDER]
+            ladder = PreparedCall(tool, "ab" * 32, session, call_id, Rules(5, warn_at, enforce, (), progress, halt_at=7,
+                                                                           once=True, max_calls=9))
+            key, argv, packed = encode_call(ladder, "team", 60_000, 500, cycles, cycle_halt=4 if cycles else 0)
+            assert len(argv) == LADDER and argv[MODE - 1] == b"l"
+            assert argv[LONGEST - 1:] == (*(cycles or (0, 0)), b"7 %d 1 0 9 %d" % (4 if cycles else 0, enforce))
+            assert packed == resp_evalsha(key, argv) == redis_py_packs(key, argv)
 
 
 def test_a_process_with_thousands_of_sessions_at_once_keeps_each_ones_encoding() -> None:
@@ -140,18 +164,20 @@ def test_the_lua_header_is_the_twin_of_contract_py() -> None:
     for name, value in lua.items():
         mine = getattr(contract, name)
         assert (mine.decode("latin-1") if isinstance(mine, bytes) else mine) == value, name
-    python_only = {"FIELDS", "CYCLE_REPLY", "REPLY_COUNT_SHIFT", "RESULT_BYTES"}
+    python_only = {"FIELDS", "CYCLE_REPLY", "LADDER_REPLY", "HALT_PARTS", "REPLY_COUNT_SHIFT", "RESULT_BYTES"}
     assert set(contract.__all__) - python_only == set(lua)
     assert "argc" not in text and "#ARGV" not in text  # the mode argument says what is asked, not a count
 
 
+@pytest.mark.parametrize("ladder", [{}, {"halt_at": 4, "tools": {"search": {"once": True, "max_calls": 5}}}])
 @pytest.mark.parametrize("where", ["redis", "memory"])
-def test_a_record_of_the_previous_script_version_goes_on(where: str, redis_url: str) -> None:
-    """The layout of the record did not change with the mode argument: a record as the previous version of
-    the script wrote it (field h: call hash 16 | last call id 5 | previous call id 5 | ttl 5 | count; s; j)
-    is read by `inspect` and its streak continued by the next identical call."""
+def test_a_record_of_the_previous_script_version_goes_on(where: str, redis_url: str, ladder: dict[str, object]) -> None:
+    """The layout of the record did not change with the mode argument, nor with the ladder: a record as the
+    previous version of the script wrote it (field h: call hash 16 | last call id 5 | previous call id 5 | ttl 5 |
+    count; s; j) is read by `inspect` and its streak continued by the next identical call (with the ladder's
+    rules on too: its fields start empty)."""
     url = redis_url if where == "redis" else f"memory://previous-{uuid.uuid4().hex}"
-    with DistributedBrake.from_url(url, max_repeats=3) as brake:
+    with DistributedBrake.from_url(url, max_repeats=3, **ladder) as brake:  # type: ignore[arg-type]
         session, tool, args = "previous-version", "search", {"q": "paris"}
         digest = bytes.fromhex(call_hash(tool, args))[:16]
         record = {

@@ -18,6 +18,7 @@ import redis.exceptions
 
 from ..core import SessionState, Verdict
 from ..errors import BrakeUnavailableError, EventLoopError, LoopBrakeError
+from ..model import Halt
 from ..policy import NO_TRY
 from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
@@ -117,24 +118,35 @@ class AsyncDistributedBrake(DistributedBase):
             watch.done(verdict, start, call_id, context)
         return verdict
 
-    async def observe(self, verdict: Verdict, result: object) -> None:
-        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak.
+    async def observe(self, verdict: Verdict, result: object, failed: bool | None = None) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak and a
+        tool's failures in a row (max_failures). `failed`: the call failed (default: `result` is an
+        exception; an MCP result with isError, or a framework's tool error, is a failure too: pass True).
 
-        One more round trip, for progress-aware tools only; a no-op otherwise.
+        One more round trip for each, for those tools only; a no-op otherwise.
         """
-        observation = self.observation(verdict, result)
-        if observation is None:
-            return
-        key, argv, packed = observation
+        for key, argv, packed in self.observations(verdict, result, failed):
+            try:
+                await self._send(key, argv, packed)
+            except QueueTimeout as error:
+                self.observation_failed(error)
+            except REDIS_FAILURES as error:
+                self.observation_failed(error)
+
+    async def _send(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
+        """One EVALSHA of the script through the batcher (binding the brake to the running loop first)."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # the first call on a new loop: its own connections and timer
             self._bind(loop)
-        try:
-            await self._batcher.call(key, argv, packed, loop.time() + self.settings.timeout_seconds)
-        except QueueTimeout as error:
-            self.observation_failed(error)
-        except REDIS_FAILURES as error:
-            self.observation_failed(error)
+        return await self._batcher.call(key, argv, packed, loop.time() + self.settings.timeout_seconds)
+
+    async def block_key(self, key: str, halt: Halt, ttl_ms: int, session_id: str | None = None) -> None:
+        """Halt the session whose record is `key` (see `DistributedBrake.block_key`)."""
+        await self._send(*self.block_request(key, halt, ttl_ms, session_id))
+
+    async def unblock_key(self, key: str) -> bool:
+        """Lift the halt of the session whose record is `key` (the record is deleted); False: not halted."""
+        return bool(await self._send(*self.unblock_request(key)))
 
     def _bind(self, loop: asyncio.AbstractEventLoop, *, forgiving: bool = False) -> bool:
         """Make `loop` (the running one) the loop the brake's connections belong to.

@@ -14,6 +14,7 @@ from typing import Any, Self, Unpack
 
 from ..core import BrakeCore, PreparedCall, SessionState, Verdict
 from ..errors import InvalidURLError
+from ..model import Halt
 from ..policy import NO_TRY, FailureHandler
 from ..redis_errors import REDIS_FAILURES, classify, is_pool_wait
 from ..rules import result_digest
@@ -28,12 +29,15 @@ from .script import Script, script_for
 from .wire import (
     FIELDS,
     Encoded,
+    block_argv,
     decode_reply,
     decode_state,
     encode_call,
     key_pattern,
     redis_time,
+    resp_evalsha,
     session_key,
+    unblock_argv,
 )
 
 logger = logging.getLogger("distbrake")
@@ -84,6 +88,7 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         self._window_ms = max(1, round(self.settings.timeout_seconds * 1000))
         settings = self.settings
         self._cycles = (settings.max_cycle_period, settings.cycle_repeats) if settings.max_cycle_period else None
+        self._cycle_halt = (settings.cycle_halt_repeats or 0) if self._cycles else 0
 
     def __repr__(self) -> str:
         return (
@@ -146,26 +151,42 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
     def encode(self, call: PreparedCall) -> Encoded:
         """KEYS[1], ARGV and the packed EVALSHA of a check of `call` (see `wire.encode_call`)."""
         return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles,
-                           head=self._head)
+                           head=self._head, cycle_halt=self._cycle_halt)
 
-    def observation(self, verdict: Verdict, result: object) -> Encoded | None:
-        """KEYS[1], ARGV and packed EVALSHA of the observation of `verdict`'s result, or None when there is
-        nothing to send.
+    def observations(self, verdict: Verdict, result: object, failed: bool | None = None) -> list[Encoded]:
+        """KEYS[1], ARGV and packed EVALSHA of each observation of `verdict`'s result to send (none, one or two).
 
-        Only a progress-aware tool's verdict carries what an observation needs;
-        a verdict of the fallback is observed in the fallback, one of the
-        `open` policy nowhere (nothing was counted).
+        Only the verdict of a progress-aware tool (its result's digest,
+        MODE_OBSERVE) or of a tool with max_failures (whether it failed,
+        MODE_FAILED; `failed` None: `result` is an exception) carries what an
+        observation needs; a verdict of the fallback is observed in the
+        fallback, one of the `open` policy nowhere (nothing was counted).
         """
         call = verdict.observe_token
         if not isinstance(call, PreparedCall):
-            return None
-        digest = result_digest(result)
+            return []
         if verdict.decided_by != "redis":
             if verdict.decided_by == "fallback":
-                self.failures.local.observe_digest(call, digest)
-            return None
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, result=digest,
-                           head=self._head)
+                self.failures.local.observe(verdict, result, failed)
+            return []
+        prefix, ttl, window, head = self.settings.key_prefix, self._ttl_ms, self._window_ms, self._head
+        sent = []
+        if call.rules.progress:
+            sent.append(encode_call(call, prefix, ttl, window, result=result_digest(result), head=head))
+        if call.rules.max_failures is not None:
+            failure = isinstance(result, BaseException) if failed is None else failed
+            sent.append(encode_call(call, prefix, ttl, window, head=head, failed=failure))
+        return sent
+
+    def block_request(self, key: str, halt: Halt, ttl_ms: int, session_id: str | None) -> Encoded:
+        """The EVALSHA of an operator's block of the session at `key` (see `wire.block_argv`)."""
+        argv = block_argv(halt, ttl_ms, session_id)
+        return key, argv, resp_evalsha(key, argv, self._head)
+
+    def unblock_request(self, key: str) -> Encoded:
+        """The EVALSHA that lifts the halt of the session at `key` (deletes its record; 1, or 0: not halted)."""
+        argv = unblock_argv()
+        return key, argv, resp_evalsha(key, argv, self._head)
 
     def observation_failed(self, error: BaseException) -> None:
         """An observation Redis did not take: the streak goes on as if the result had not changed."""

@@ -16,6 +16,11 @@ The record (one Redis hash per session) has these fields:
     j  ARGV[JUDGED] of the last check (the limit, warn_at and enforcement it was judged by)
     r  progress-aware tools only: 4 bytes of the call hash | the 8 bytes of the last result's digest
     c  cycles only: two period bytes | one count byte n | the ring (n entries) | the tools
+    x  halted sessions only: why (HALT_PARTS joined by NUL bytes); h then ends with HALTED
+    o  once-only tools only: ONCE_ENTRY bytes per once-only call that ran (hash | call id | Unix seconds)
+    f<tool>  max_failures only: the call id of the tool's last observed failure | its failures in a row (empty
+             after a success)
+    n<tool>  max_calls only: the tool's calls in the session, in decimal
 
 The record's layout is unchanged by the mode argument (which changed ARGV,
 and so the script's SHA, only): a record the previous version of the script
@@ -32,18 +37,23 @@ session id holds a UUID. Older writers ignore `c` (the calls they count never
 enter the cycle ring) and `r` (a tool is progress-aware only on newer workers),
 and take a repeated call id for a replay however late it comes, so a host that
 reuses `call_0` every turn is braked only by newer workers. Counts and denials
-are otherwise the same.
+are otherwise the same. The ladder needs every worker on its version: an older
+writer reads no count in a halted `h` ("5!"), starts the streak afresh and so
+lifts the halt, and ignores `o`, `f<tool>` and `n<tool>`; an older reader lists
+no halted session (its `h` is not a record to it).
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "ABOUT", "ABOUT_PACKED_UUID", "CALL", "CALL_HASH_END", "CALL_TTL_END", "CYCLE_REPLY", "FIELDS",
-    "FIELD_ABOUT", "FIELD_JUDGED", "FIELD_RESULT", "FIELD_RING", "FIELD_STREAK", "H_HASH_END", "H_LAST_END",
-    "H_PREVIOUS_END", "H_TTL_END", "ID_BYTES", "JUDGED", "LIMIT", "LONGEST", "MODE", "MODE_CHECK",
-    "MODE_CYCLES", "MODE_OBSERVE", "NO_ID", "OBSERVE_IGNORED", "OBSERVE_RECORDED", "OBSERVE_RESTARTED",
-    "REPEATS", "REPLY_COUNT", "REPLY_COUNT_SHIFT", "REPLY_DENIED", "REPLY_REPLAYED", "RESULT", "RESULT_BYTES",
-    "RING_ENTRY", "R_HASH_END", "TTL", "WINDOW",
+    "ABOUT", "ABOUT_PACKED_UUID", "CALL", "CALL_HASH_END", "CALL_TTL_END", "CYCLE_REPLY", "FIELDS", "FIELD_ABOUT",
+    "FIELD_CALLS", "FIELD_FAILURES", "FIELD_HALT", "FIELD_JUDGED", "FIELD_ONCE", "FIELD_RESULT", "FIELD_RING",
+    "FIELD_STREAK", "HALTED", "HALTED_BYTE", "HALT_INFO", "HALT_PARTS", "H_HASH_END", "H_LAST_END",
+    "H_PREVIOUS_END", "H_TTL_END", "ID_BYTES", "JUDGED", "LADDER", "LADDER_REPLY", "LIMIT", "LONGEST", "MODE",
+    "MODE_BLOCK", "MODE_CHECK", "MODE_CYCLES", "MODE_FAILED", "MODE_LADDER", "MODE_OBSERVE", "MODE_UNBLOCK",
+    "NO_ID", "OBSERVE_IGNORED", "OBSERVE_RECORDED", "OBSERVE_RESTARTED", "ONCE_ENTRIES", "ONCE_ENTRY", "ONCE_HASH",
+    "REPEATS", "REPLY_COUNT", "REPLY_COUNT_SHIFT", "REPLY_DENIED", "REPLY_HALTED", "REPLY_REPLAYED", "RESULT",
+    "RESULT_BYTES", "RING_ENTRY", "R_HASH_END", "TTL", "WINDOW",
 ]
 
 # -- the record's fields ------------------------------------------------------------------------------
@@ -52,7 +62,25 @@ FIELD_ABOUT = b"s"
 FIELD_JUDGED = b"j"
 FIELD_RESULT = b"r"
 FIELD_RING = b"c"
-FIELDS = (FIELD_ABOUT, FIELD_STREAK, FIELD_JUDGED)  # what `inspect` reads (HMGET), in this order
+FIELD_HALT = b"x"  # halted sessions: why (HALT_PARTS); every check is refused while h ends with HALTED
+FIELD_ONCE = b"o"  # once-only tools: the calls that ran
+FIELD_FAILURES = b"f"  # + the tool name (as in s): max_failures' count of the tool
+FIELD_CALLS = b"n"  # + the tool name (as in s): max_calls' count of the tool
+FIELDS = (FIELD_ABOUT, FIELD_STREAK, FIELD_JUDGED, FIELD_HALT)  # what `inspect` reads (HMGET), in this order
+
+# A halted session: h ends with this byte (after the count: "5!"); an operator's block of a session without a
+# record writes h = 16 zero bytes | NO_ID | NO_ID | ttl | "0!". The field x is HALT_PARTS joined by NUL bytes:
+# since (Unix milliseconds), kind (b"repeat", b"cycle", b"block"), count, limit, the hash prefix (12 hex),
+# who, reason (no NUL in either), then the tool (last: it may hold anything).
+HALTED = b"!"
+HALTED_BYTE = HALTED[0]
+HALT_PARTS = ("since_ms", "kind", "count", "limit", "hash_prefix", "who", "reason", "tool")
+
+# Field o: once-only calls that ran, oldest first, ONCE_ENTRY bytes each: the first ONCE_HASH bytes of the call
+# hash | the call id (ID_BYTES) | Unix seconds (4 bytes big-endian); at most ONCE_ENTRIES, the oldest dropped.
+ONCE_HASH = 8
+ONCE_ENTRY = 17
+ONCE_ENTRIES = 64
 
 # Field h: the streak.
 H_HASH_END = 16  # the call hash (16 bytes)
@@ -73,7 +101,7 @@ RING_ENTRY = 6  # bytes of the call hash per ring entry (and 12 hex characters i
 
 # -- ARGV -----------------------------------------------------------------------------------------------
 CALL = 1  # the call, or a run of k identical calls: hash | ttl | k call ids
-MODE = 2  # what the script is asked to do: MODE_CHECK, MODE_CYCLES or MODE_OBSERVE
+MODE = 2  # what the script is asked to do (MODE_*)
 LIMIT = 3  # max_repeats for this tool
 TTL = 4  # the ttl in milliseconds
 ABOUT = 5  # for inspection: the tool's length byte (+128: UUIDs packed), the tool name, the session id
@@ -82,6 +110,8 @@ JUDGED = 7  # what the check is judged by: "3", "5w2s", "5p" (see wire.judged_by
 RESULT = 8  # MODE_OBSERVE: the tool result's digest (RESULT_BYTES)
 LONGEST = 8  # MODE_CYCLES: the longest cycle period looked for, 2..4
 REPEATS = 9  # MODE_CYCLES: how many repetitions of a cycle deny, 2..10
+LADDER = 10  # MODE_LADDER: b"halt_at cycle_halt_repeats once max_failures max_calls enforce", decimal, 0: off
+HALT_INFO = 1  # MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (>= 1 ms)
 
 # ARGV[CALL]: the call hash, the ttl, then each call's id.
 CALL_HASH_END = 16  # 16 bytes of the call hash
@@ -93,6 +123,10 @@ NO_ID = b"\0" * ID_BYTES  # in field h: no previous call id
 MODE_CHECK = b"c"  # a check (or a run of identical checks)
 MODE_CYCLES = b"y"  # a check with the cycle rule on (never a run)
 MODE_OBSERVE = b"o"  # an observation: the result of a progress-aware call
+MODE_LADDER = b"l"  # a check with the ladder's rules (ARGV[LADDER]; cycles too when ARGV[LONGEST] is not 0)
+MODE_FAILED = b"f"  # an observation: whether a call of a tool with max_failures failed (ARGV[RESULT] b"1")
+MODE_BLOCK = b"b"  # an operator's block of one session (ARGV[HALT_INFO], ARGV[TTL], ARGV[ABOUT] or b"")
+MODE_UNBLOCK = b"u"  # lift a halt: the record is deleted (reply 1), only when the session is halted (else 0)
 
 # -- replies ----------------------------------------------------------------------------------------------
 # A check: count << REPLY_COUNT_SHIFT | REPLY_DENIED when denied | REPLY_REPLAYED when a replay; for a run,
@@ -103,6 +137,11 @@ REPLY_COUNT_SHIFT = REPLY_COUNT.bit_length() - 1  # (Python only: a reply's coun
 REPLY_DENIED = 2
 REPLY_REPLAYED = 1
 CYCLE_REPLY = ("code", "period", "hashes", "tools")  # hashes: RING_ENTRY bytes each, as hex
+# A check of a halted session: an array (REPLY_HALTED, the field x); nothing was counted.
+REPLY_HALTED = 0
+# A check in MODE_LADDER: an array, these items, then a cycle's period, hashes and tools when it completes one;
+# when once_since, failures, calls and halts are all 0, the reply of MODE_CHECK (MODE_CYCLES with cycles) instead.
+LADDER_REPLY = ("code", "once_since", "failures", "calls", "halts")
 # An observation.
 OBSERVE_IGNORED = 0  # the streak has moved on
 OBSERVE_RECORDED = 1

@@ -24,6 +24,7 @@ import redis.exceptions
 from redis.crc import key_slot
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
+from ..model import Halt
 from ..policy import NO_TRY
 from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
@@ -84,11 +85,7 @@ class DistributedBrake(SyncCheck, DistributedBase):
         if ticket == NO_TRY:
             return self.without_redis(call, None)
         try:
-            reply = (
-                self._on_connection(packed) if self._direct
-                else self._on_cluster(key, argv, packed) if self._cluster
-                else self._evalsha(key, argv)
-            )
+            reply = self._send(key, argv, packed)
         except REDIS_FAILURES as error:
             return self.without_redis(call, error, ticket)
         except BaseException:  # interrupted: a probe must not stay claimed forever
@@ -96,24 +93,36 @@ class DistributedBrake(SyncCheck, DistributedBase):
             raise
         return self.verdict(call, reply, ticket)
 
-    def observe(self, verdict: Verdict, result: object) -> None:
-        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak.
+    def _send(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
+        """One EVALSHA of the script, by the brake's path (its own connection, the Cluster's master, the client)."""
+        if self._direct:
+            return self._on_connection(packed)
+        if self._cluster:
+            return self._on_cluster(key, argv, packed)
+        return self._evalsha(key, argv)
 
-        One more round trip, for progress-aware tools only; a no-op otherwise.
+    def observe(self, verdict: Verdict, result: object, failed: bool | None = None) -> None:
+        """After the tool ran: its result (or raised exception), for a progress-aware tool's streak and a
+        tool's failures in a row (max_failures). `failed`: the call failed (default: `result` is an
+        exception; an MCP result with isError, or a framework's tool error, is a failure too: pass True).
+
+        One more round trip for each, for those tools only; a no-op otherwise.
         """
-        observation = self.observation(verdict, result)
-        if observation is None:
-            return
-        key, argv, packed = observation
-        try:
-            if self._direct:
-                self._on_connection(packed)
-            elif self._cluster:
-                self._on_cluster(key, argv, packed)
-            else:
-                self._evalsha(key, argv)
-        except REDIS_FAILURES as error:
-            self.observation_failed(error)
+        for key, argv, packed in self.observations(verdict, result, failed):
+            try:
+                self._send(key, argv, packed)
+            except REDIS_FAILURES as error:
+                self.observation_failed(error)
+
+    def block_key(self, key: str, halt: Halt, ttl_ms: int, session_id: str | None = None) -> None:
+        """Halt the session whose record is `key` (an operator's block: every check refused with `halt`'s
+        why) for `ttl_ms` (>= 1); `session_id` is kept for `inspect` when it has no record yet.
+        Errors are raised (no failure policy)."""
+        self._send(*self.block_request(key, halt, ttl_ms, session_id))
+
+    def unblock_key(self, key: str) -> bool:
+        """Lift the halt of the session whose record is `key` (the record is deleted); False: not halted."""
+        return bool(self._send(*self.unblock_request(key)))
 
     def _on_cluster(self, key: str, argv: tuple[bytes | int, ...], packed: bytes) -> Any:
         """A Cluster check sent straight to its master, on this thread's connection to it.

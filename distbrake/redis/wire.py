@@ -20,6 +20,7 @@ from typing import cast
 
 from ..core import Counted, Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
+from ..model import NO_FACTS, Facts, Halt, HaltKind, Rules
 from .contract import (
     ABOUT_PACKED_UUID,
     CALL_HASH_END,
@@ -27,12 +28,18 @@ from .contract import (
     FIELDS,
     H_PREVIOUS_END,
     H_TTL_END,
+    HALTED,
     ID_BYTES,
+    MODE_BLOCK,
     MODE_CHECK,
     MODE_CYCLES,
+    MODE_FAILED,
+    MODE_LADDER,
     MODE_OBSERVE,
+    MODE_UNBLOCK,
     REPLY_COUNT,
     REPLY_COUNT_SHIFT,
+    REPLY_HALTED,
     REPLY_REPLAYED,
     RING_ENTRY,
 )
@@ -43,9 +50,12 @@ __all__ = [
     "SESSION_BYTES",
     "TOOL_BYTES",
     "Encoded",
+    "block_argv",
+    "decode_halt",
     "decode_reply",
     "decode_state",
     "encode_call",
+    "encode_halt",
     "encode_run",
     "key_pattern",
     "redis_time",
@@ -55,6 +65,7 @@ __all__ = [
     "script_sha",
     "script_source",
     "session_key",
+    "unblock_argv",
 ]
 
 SESSION_BYTES = 128  # longest session id kept for inspection (the key is always a hash)
@@ -147,7 +158,7 @@ Encoded = tuple[str, tuple[bytes | int, ...], bytes]
 
 def encode_call(
     call: PreparedCall, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None = None,
-    result: bytes | None = None, head: bytes | None = None,
+    result: bytes | None = None, head: bytes | None = None, failed: bool | None = None, cycle_halt: int = 0,
 ) -> Encoded:
     """KEYS[1], ARGV and the packed EVALSHA (as `resp_evalsha` packs it) of a check (see contract.py).
 
@@ -156,42 +167,109 @@ def encode_call(
     parts are made once and kept for the last CACHED_CALLS (session, tool,
     rules), one look-up per check. `cycles`: (max_cycle_period,
     cycle_repeats) when the cycle rule is on: MODE_CYCLES, with ARGV[LONGEST] and ARGV[REPEATS].
+    A tool with a rule of the ladder (`Rules.ladder`), or any tool when `cycle_halt` (cycle_halt_repeats)
+    is set: MODE_LADDER, ARGV[LONGEST] and ARGV[REPEATS] (0 and 0 without cycles), then ARGV[LADDER].
     `result`: the tool result's digest of an observation (MODE_OBSERVE, ARGV[RESULT]; no cycle arguments then).
+    `failed`: an observation of whether the call failed (MODE_FAILED, ARGV[RESULT] b"1" or b"0").
     `head`: the brake's script's `evalsha_head` (see script.py; the standard script's by default).
     """
-    session, tool = call.session_id, call.tool_name
+    session, tool, rules = call.session_id, call.tool_name, call.rules
+    extra: tuple[bytes | int, ...] = ()
+    last: bytes | None = None
+    if result is not None:
+        mode, last = MODE_OBSERVE, result
+    elif failed is not None:
+        mode, last = MODE_FAILED, b"1" if failed else b"0"
+    elif cycle_halt or rules.ladder:
+        mode, extra = MODE_LADDER, (*(cycles or (0, 0)), ladder_argv(rules, cycle_halt if cycles else 0))
+    elif cycles is not None:
+        mode, extra = MODE_CYCLES, cycles
+    else:
+        mode = MODE_CHECK
     fixed = _fixed if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT else _fixed.__wrapped__
     key, rest, ttl, body, tail = fixed(
-        session, tool, call.max_repeats, call.warn_at, call.enforce, call.progress, key_prefix, ttl_ms, window_ms,
-        cycles if result is None else None, result is not None, head or brake_script().evalsha_head)
+        session, tool, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress, key_prefix, ttl_ms, window_ms,
+        mode, extra, head or brake_script().evalsha_head)
     first = bytes.fromhex(call.digest[:_HASH_HEX]) + ttl + _call_id_bytes(call.call_id)
-    argv: tuple[bytes | int, ...] = (first, *rest) if result is None else (first, *rest, result)
+    argv: tuple[bytes | int, ...] = (first, *rest) if last is None else (first, *rest, last)
     if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
         return key, argv, resp_evalsha(key, argv, head)
     packed = b"".join((_array(4 + len(argv)), body, first, tail))
-    return key, argv, packed if result is None else packed + _bulk(result)
+    return key, argv, packed if last is None else packed + _bulk(last)
+
+
+@lru_cache(maxsize=256)
+def ladder_argv(rules: Rules, cycle_halt: int) -> bytes:
+    """ARGV[LADDER]: halt_at, cycle_halt_repeats, once, max_failures, max_calls, enforce, in decimal (0: off)."""
+    return b"%d %d %d %d %d %d" % (
+        rules.halt_at or 0, cycle_halt, rules.once, rules.max_failures or 0, rules.max_calls or 0, rules.enforce,
+    )
 
 
 @lru_cache(maxsize=CACHED_CALLS)
 def _fixed(
     session_id: str, tool_name: str, max_repeats: int, warn_at: int | None, enforce: bool, progress: bool,
-    key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None, observe: bool, head: bytes,
+    key_prefix: str, ttl_ms: int, window_ms: int, mode: bytes, extra: tuple[bytes | int, ...], head: bytes,
 ) -> tuple[str, tuple[bytes | int, ...], bytes, bytes, bytes]:
     """What `encode_call` makes once per (session, tool, rules): key, ARGV[2:], the ttl's bytes, and the
     packed EVALSHA's parts around ARGV[CALL] (after the array's length; from the key to its length, and
     the rest). About 0.9 KB with a UUID session id and a short tool name, up to ~3 KB for names near
-    CACHED_TEXT characters."""
+    CACHED_TEXT characters. `extra`: ARGV after JUDGED (the mode's: cycles, the ladder)."""
     key = session_key(session_id, key_prefix)
-    mode = MODE_OBSERVE if observe else MODE_CHECK if cycles is None else MODE_CYCLES
     # ARGV[MODE:JUDGED] (see contract.py), in order
     rest: tuple[bytes | int, ...] = (
         mode, max_repeats, ttl_ms, about(tool_name, session_id), window_ms,
-        judged_by(max_repeats, warn_at, enforce, progress),
+        judged_by(max_repeats, warn_at, enforce, progress), *extra,
     )
-    if cycles is not None:
-        rest = (*rest, *cycles)  # ARGV[LONGEST], ARGV[REPEATS]
     body = head + _bulk(key.encode("utf-8")) + b"$%d\r\n" % CALL_BYTES
     return key, rest, ttl_ms.to_bytes(CALL_TTL_END - CALL_HASH_END, "big"), body, b"\r\n" + _packed_rest(rest)
+
+
+WHO_CHARS = 64  # an operator's name kept in a halt (field x), at most
+REASON_CHARS = 200  # an operator's reason kept in a halt, at most
+HALT_KINDS: tuple[HaltKind, ...] = ("repeat", "cycle", "block", "kill")
+
+
+def _no_nul(text: str, limit: int) -> bytes:
+    return _utf8(text.replace("\0", "")[:limit])
+
+
+def encode_halt(halt: Halt) -> bytes:
+    """The field x of a halted session (and the value of the fleet's halt-all key): contract.HALT_PARTS joined
+    by NUL bytes; who and reason without NUL and bounded (WHO_CHARS, REASON_CHARS), the tool last."""
+    return b"\0".join((
+        b"%d" % round(halt.since * 1000), halt.kind.encode("ascii"), b"%d" % halt.count, b"%d" % halt.limit,
+        _utf8(halt.hash_prefix[:2 * PREFIX_BYTES]), _no_nul(halt.who, WHO_CHARS),
+        _no_nul(halt.reason, REASON_CHARS), _cut(halt.tool_name, TOOL_BYTES),
+    ))
+
+
+def decode_halt(value: object) -> Halt:
+    """The field x (or the halt-all key's value) as a `Halt`; what cannot be read is left empty (an operator's
+    block of unknown time), never an error: a halted session stays halted."""
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+    parts = data.split(b"\0", 7) if isinstance(data, bytes) else []
+    since, kind, count, limit, prefix, who, reason, tool = (*parts, *([b""] * 8))[:8]
+    shown = kind.decode("ascii", "replace")
+    return Halt(
+        shown if shown in HALT_KINDS else "block", int(since) / 1000 if since.isdigit() else 0.0,
+        _text(tool), int(count) if count.isdigit() else 0, int(limit) if limit.isdigit() else 0,
+        _text(prefix), _text(who), _text(reason),
+    )
+
+
+def block_argv(halt: Halt, ttl_ms: int, session_id: str | None = None) -> tuple[bytes | int, ...]:
+    """ARGV of an operator's block of one session (MODE_BLOCK): its halt (field x), the ttl (>= 1 ms: a halt
+    always ends), and, for a session without a record, the session id to keep in s (`inspect`, `list`)."""
+    if ttl_ms < 1:
+        raise ValueError(f"a block's ttl must be at least 1 ms, not {ttl_ms}")
+    shown = b"" if session_id is None else about("", session_id)
+    return encode_halt(halt), MODE_BLOCK, 0, ttl_ms, shown
+
+
+def unblock_argv() -> tuple[bytes | int, ...]:
+    """ARGV of lifting a halt (MODE_UNBLOCK): the record is deleted when the session is halted."""
+    return b"", MODE_UNBLOCK
 
 
 @lru_cache(maxsize=16)
@@ -266,8 +344,8 @@ def run_replies(reply: object, size: int) -> list[object]:
     """The script's reply to a run of `size` calls, as the reply each call would have had alone."""
     if size == 1:
         return [reply]
-    if isinstance(reply, list) and len(reply) == size:  # counted call by call (call ids repeat, see the script)
-        return reply
+    if isinstance(reply, list) and len(reply) == size and reply[0] != REPLY_HALTED:
+        return reply  # counted call by call (call ids repeat, see the script)
     if not isinstance(reply, int) or isinstance(reply, bool):
         return [reply] * size
     last, replayed = reply >> REPLY_COUNT_SHIFT, reply & REPLY_REPLAYED
@@ -275,18 +353,35 @@ def run_replies(reply: object, size: int) -> list[object]:
 
 
 def decode_reply(reply: object, repeats: int = 0) -> Counted:
-    """The script's reply as the model's `Counted` (count, replayed, the cycle the call completes); else
-    `ScriptReplyError`.
+    """The script's reply as the model's `Counted` (count, replayed, the cycle the call completes, the ladder's
+    facts; or the halt of a halted session); else `ScriptReplyError`.
 
-    An integer is a plain answer; an array (cycles on, `repeats` = cycle_repeats)
-    adds the cycle: its period, its calls' hash prefixes (hex) and their tools.
+    An integer is a plain answer; an array of two (REPLY_HALTED, x) is a halted
+    session's; of four (cycles on, `repeats` = cycle_repeats) adds the cycle:
+    its period, its calls' hash prefixes (hex) and their tools; of five or
+    eight, MODE_LADDER's (contract.LADDER_REPLY, then the cycle's parts).
     """
     cycle = None
+    facts = NO_FACTS
     if isinstance(reply, list):
-        reply, cycle = _decode_cycle(reply, repeats)
+        size = len(reply)
+        if size == 2 and reply[0] == REPLY_HALTED:
+            return Counted(0, halt=decode_halt(reply[1]))
+        if size in (5, 8):
+            code, once_since, failures, calls, halts = reply[:5]
+            if not all(isinstance(item, int) for item in (once_since, failures, calls, halts)):
+                raise ScriptReplyError("unexpected ladder reply from the brake script")
+            facts = Facts(once_since, failures, calls)
+            if size == 8:
+                code, cycle = _decode_cycle([code, *reply[5:]], repeats)
+                cycle = cycle._replace(halts=bool(halts))
+            reply = code
+        else:
+            reply, cycle = _decode_cycle(reply, repeats)
     if not isinstance(reply, int) or isinstance(reply, bool) or reply < REPLY_COUNT:
         raise ScriptReplyError(f"unexpected reply from the brake script: {type(reply).__name__}")
-    return Counted(reply >> REPLY_COUNT_SHIFT, bool(reply & REPLY_REPLAYED), cycle)
+    return Counted(reply >> REPLY_COUNT_SHIFT, bool(reply & REPLY_REPLAYED), cycle, facts)
+
 
 
 def _decode_cycle(reply: list[object], repeats: int) -> tuple[object, Cycle]:
@@ -316,13 +411,20 @@ def _text(value: object) -> str:
 
 
 def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> SessionState | None:
-    """A record's HMGET reply (s, h, j), its PTTL and Redis's TIME as a `SessionState`.
+    """A record's HMGET reply (s, h, j, x: contract.FIELDS), its PTTL and Redis's TIME as a `SessionState`.
 
     None when there is no record (or the key is not one of ours). A record
-    without j (written by a version before it) has no limit of its own.
+    without j (written by a version before it) has no limit of its own. A
+    halted one (h ends with HALTED) has its halt, read from x.
     """
-    packed, record, judged = (*fields, None)[:3]
-    if not isinstance(record, bytes) or len(record) <= H_TTL_END or not record[H_TTL_END:].isdigit():
+    packed, record, judged, halt = (*fields, None, None)[:4]
+    if not isinstance(record, bytes):
+        return None
+    counted = record[H_TTL_END:]
+    halted = counted.endswith(HALTED)
+    if halted:
+        counted = counted[:-1]
+    if len(record) <= H_TTL_END or not counted.isdigit():
         return None
     field = packed if isinstance(packed, bytes) and packed else b"\x00"
     tool_end = 1 + (field[0] & ~PACKED_UUID)
@@ -338,12 +440,13 @@ def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> Sessi
         session_id=_text(session),
         tool_name=_text(field[1:tool_end]),
         hash_prefix=record[:PREFIX_BYTES].hex(),
-        count=int(record[H_TTL_END:]),
+        count=int(counted),
         ttl_seconds=None if left_ms is None else left_ms / 1000,
         updated_at=round(updated, 3),
         max_repeats=int(match.group(1)) if match else None,
         warn_at=int(match.group(2)) if match and match.group(2) else None,
         enforcing=(not match.group(3)) if match else None,
+        halt=decode_halt(halt) if halted else None,
     )
 
 
