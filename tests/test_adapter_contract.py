@@ -246,10 +246,13 @@ def halted_session(text: str) -> str:
 
 
 async def test_a_model_that_ignores_refusals_is_halted_and_a_second_worker_refuses_the_session(
-    adapter: str, driver: Driver, brakes: Any
+    adapter: str, driver: Driver, brakes: Any, redis_url: str
 ) -> None:
-    first = brakes("loop", **HALT)
-    second = first  # TODO(lua): a second brake on the same Redis
+    """Two workers on one real Redis: the first runs the agent (max_repeats=3, halt_at=5), the second (a brake
+    with no ladder of its own: the halt is in the session's record) is then asked for another tool."""
+    first_face = "sync" if ADAPTERS[adapter].sync_only else "async"
+    first = brakes(f"{first_face}-redis", redis_url, timeout_seconds=ADAPTER_TIMEOUT, **HALT)
+    second = brakes("sync-redis", redis_url, timeout_seconds=ADAPTER_TIMEOUT)
     body, plan = Body(), Run(FOREVER, "c-halt")
 
     how = ADAPTERS[adapter].halt

@@ -326,8 +326,12 @@ def assert_halts_claude(answers: list[Any], session: str) -> str:
     return stop
 
 
-def test_a_halted_session_stops_claude_and_every_later_call_of_any_tool(tmp_path: Path) -> None:
-    env = halt_env(tmp_path)
+@pytest.mark.parametrize("store", ["file", "redis"])
+def test_a_halted_session_stops_claude_and_every_later_call_of_any_tool(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Each answer is its own hook process, on the user's streak file or on one Redis (as two machines would)."""
+    env = halt_env(tmp_path, **({"DISTBRAKE_URL": request.getfixturevalue("redis_url")} if store == "redis" else {}))
     answers = [run("claude-code", hook_events.claude_pre(session="loop", call=f"toolu_{i}"), env) for i in range(5)]
     assert_halts_claude(answers, "loop")
     other = hook_events.claude_pre(session="loop", call="toolu_other") | {
