@@ -70,7 +70,9 @@ mode), the result the model reads is the tool's text, whole, then the warning
 as a separate paragraph. For a progress-aware tool (`tools={"poll":
 {"progress": True}}`) the tool's raw result (CrewAI's `raw_tool_result`; for a
 tool that raised, CrewAI's error text) is observed after it runs, so a poller
-whose result changes is never denied.
+whose result changes is never denied. For a tool with `max_failures` the
+hook cannot tell a failure: CrewAI hands it a raised error as text, so the
+failures of CrewAI tools are not counted (its other rules apply).
 """
 
 from __future__ import annotations

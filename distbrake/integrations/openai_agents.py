@@ -62,7 +62,9 @@ task, created after the guardrail ran), which, after the tool body returns:
   the output (with the SDK's default `failure_error_function`, a body that
   raises gives the error text as its output; with `failure_error_function=
   None` the exception itself is observed, then re-raised), so a poller whose
-  result changes is never denied;
+  result changes is never denied. For a tool with `max_failures` only that
+  raised exception is a failed call: the SDK hands the wrapper the default
+  `failure_error_function`'s text as an ordinary output;
 * when the verdict carries a warning (the brake's `warn_at`; never in shadow
   mode), appends it to the output the model reads: after a str output as a
   separate paragraph, after structured output (`ToolOutputText`, images,
