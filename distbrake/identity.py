@@ -8,7 +8,11 @@ object keys sorted (by UTF-16 code units) at every level. Two paths give it:
 * the fast path serialises with orjson (sorted keys) and fixes up the only
   place orjson and JavaScript can still differ on such input, the spelling of
   floats (`1.0` -> `1`, `1e+20` -> `100000000000000000000`, `1e-6` ->
-  `0.000001`);
+  `0.000001`). orjson's own spelling of an exponent changed between releases
+  (3.10 writes `1e16`, 3.11.7 and later `1e+16`): the fix-up takes every
+  spelling (sign or none, `e` or `E`), so the hash never depends on orjson's
+  version; its quick search by sign bytes is used only when the installed
+  orjson is seen to write nothing else;
 * the exact path, a plain walker, runs whenever orjson refuses the value or
   the fix-up cannot be sure: lone surrogates, integers beyond 64 bits,
   non-string keys, characters above U+FFFF (key order differs there),
@@ -65,10 +69,13 @@ _ORJSON_OPTIONS = (
 )
 # Where orjson and JavaScript may spell a float differently: an integral
 # float ("1.0", "-0.0": JavaScript writes "1", "0") or an exponent
-# ("1e+20", "1e-5": JavaScript writes "100000000000000000000", "0.00001").
-# The same bytes may stand inside a string ("v1.0,"); `_fix_floats` checks.
+# ("1e+20", "1e-5": JavaScript writes "100000000000000000000", "0.00001";
+# orjson before 3.11.7 writes "1e20"). The same bytes may stand inside a
+# string ("v1.0,"); `_fix_floats` checks.
 _INTEGRAL_END = re.compile(rb"\.0(?:[,\]}]|\Z)")
 _EXPONENTS = (b"e+", b"e-")
+# An exponent in any spelling: "<digit>e" or "<digit>E", then a sign or a digit (group 1 is the "e").
+_ANY_EXPONENT = re.compile(rb"[0-9]([eE])[-+0-9]")
 _FEW_SIGNS = 64  # "+" or "-" bytes looked at one by one before the exponent search goes by pairs
 _DIGITS = frozenset(b"0123456789")
 _NUMBER_BYTES = frozenset(b"0123456789.eE+-")
@@ -77,7 +84,7 @@ _NUMBER_BYTES = frozenset(b"0123456789.eE+-")
 _BELOW_ASTRAL = bytes(range(0xF0))
 # For small outputs one regex pass is cheaper than several `find` calls.
 _SMALL = 2048
-_FLOAT_HINT = re.compile(rb"\.0(?:[,\]}]|$)|[0-9]e[-+]")
+_FLOAT_HINT = re.compile(rb"\.0(?:[,\]}]|$)|[0-9][eE][-+0-9]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
@@ -134,11 +141,29 @@ def js_number(value: float) -> str:
     return sign + body
 
 
-def _float_candidates(data: bytes) -> list[int]:
-    """Positions of "." in ".0," (etc.) and of "e" in "<digit>e+" / "<digit>e-"."""
+def _signed_exponents_only() -> bool:
+    """Whether the installed orjson writes every exponent as "e+" or "e-" (3.11.7 and later do)."""
+    data = orjson.dumps([1e16, 1e21, 1.5e300, 1e-7, 1.5e-7, 5e-324])
+    return data.count(b"e") == 6 and data.count(b"e+") + data.count(b"e-") == 6
+
+
+#: True: the exponents are found by their sign bytes (memchr, fast over any text); False: by one
+#: regex pass that takes every spelling (orjson before 3.11.7 writes "1e16").
+SIGNED_EXPONENTS = _signed_exponents_only()
+
+
+def _float_candidates(data: bytes, signed: bool = True) -> list[int]:
+    """Positions of "." in ".0," (etc.) and of "e" in "<digit>e+" / "<digit>e-".
+
+    `signed` False: of "e" or "E" after a digit and before a sign or a digit, every spelling of an
+    exponent (the search for small outputs, and for any output of an orjson that writes "1e16").
+    """
     # One regex pass for the integral ends (its literal prefix makes it faster
     # than three `find` loops); `find` for the exponents.
     found = [match.start() for match in _INTEGRAL_END.finditer(data)]
+    if not signed:
+        found.extend(match.start(1) for match in _ANY_EXPONENT.finditer(data))
+        return found
     for pattern in _EXPONENTS:
         # The sign alone first: a one-byte search is memchr, many times faster than a two-byte one
         # over text full of "e"s; once the sign turns out common, the two-byte search from there.
@@ -395,7 +420,7 @@ def canonical_json_bytes(args: Any) -> bytes:
         return _exact(args).encode("utf-8")
     if len(data) < _SMALL and _FLOAT_HINT.search(data) is None:
         return data
-    candidates = _float_candidates(data)
+    candidates = _float_candidates(data, SIGNED_EXPONENTS and len(data) >= _SMALL)
     return _fix_floats(data, candidates) if candidates else data
 
 

@@ -79,9 +79,14 @@ async def acheck(
     return brake.check(tool, args, session_id=session_id, call_id=call_id, context=context)
 
 
-async def aobserve(brake: Brake, verdict: Any, result: object) -> None:
-    """Run `brake.observe` from async code, whatever kind of brake it is (as `acheck` does for checks)."""
+async def aobserve(brake: Brake, verdict: Any, result: object, failed: bool | None = None) -> None:
+    """Run `brake.observe` from async code, whatever kind of brake it is (as `acheck` does for checks).
+
+    `failed` (passed on only when given): the call failed although `result` is no exception (an MCP
+    `isError` result, a framework's tool-error result)."""
     observe = brake.observe  # type: ignore[attr-defined]
+    if failed is not None:
+        observe = functools.partial(observe, failed=failed)
     if is_async_brake(brake):
         await observe(verdict, result)
     elif getattr(brake, "blocking_io", False):

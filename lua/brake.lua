@@ -27,7 +27,7 @@ ARGV[LONGEST]   MODE_CYCLES: the longest cycle period looked for, 2..4 (the same
 ARGV[REPEATS]   MODE_CYCLES: how many repetitions of a cycle deny, 2..10
 ARGV[LADDER]    MODE_LADDER: "halt_at cycle_halt_repeats once max_failures max_calls enforce", in decimal, 0 for a
                 rule that is off (enforce: 1 or 0); ARGV[LONGEST] and ARGV[REPEATS] are '0' when cycles are off
-ARGV[HALT_INFO] MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (0: no expiry),
+ARGV[HALT_INFO] MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (>= 1 ms),
                 ARGV[ABOUT] the field s for a session without a record (or '')
 
 An observation (MODE_OBSERVE) records the result of one call of a progress-aware
@@ -42,15 +42,15 @@ OBSERVE_IGNORED (0) when ignored.
 
 A failure observation (MODE_FAILED, after a call of a tool with max_failures ran): ARGV[RESULT] '1' (it
 failed) adds one to the tool's failures in a row in f<tool> (the same call id twice counts once), '0'
-(it succeeded) deletes f<tool>. Ignored (OBSERVE_IGNORED) when the session has no record or is halted.
+(it succeeded) empties f<tool> (when it holds a failure). Ignored (OBSERVE_IGNORED) when the session has no record or is halted.
 
 A halted session (h ends with HALTED, '!', after the count: "5!") is refused before anything: a check
 (any mode, a run too) gets {REPLY_HALTED, x}, nothing counted, nothing written, the TTL not refreshed (a
 halt lasts its TTL from the moment it was set); an observation is ignored. It is halted by a check in
 MODE_LADDER (below) or by an operator: MODE_BLOCK appends HALTED to h (or writes h = 16 zero bytes |
-NO_ID | NO_ID | ttl | "0!" when there is no record), writes x, sets the key's TTL to ARGV[TTL] (0: no
-expiry; h keeps that ttl) and returns 1; MODE_UNBLOCK deletes a halted session's record (returns 1), and
-leaves any other alone (returns 0).
+NO_ID | NO_ID | ttl | "0!" when there is no record), writes x, sets the key's TTL to ARGV[TTL] (>= 1; h
+keeps that ttl) and returns 1; MODE_UNBLOCK deletes a halted session's record (returns 1), and leaves any
+other alone (returns 0).
 
 The ladder (MODE_LADDER; the twin of distbrake/model.py's `check`): the streak step (and the ring step
 when ARGV[LONGEST] is not '0') as in MODE_CHECK/MODE_CYCLES, then the call's facts: once_since (the
@@ -62,7 +62,8 @@ cap), a counted call (never a replay) then has its effects: a halt, when enforce
 (rule kind 'repeat' by halt_at, else 'cycle'); else a once-only call that runs (not denied, or shadow
 mode) whose hash is not in o yet is appended to o (ONCE_ENTRIES at most, the oldest dropped). TIME is
 read only for those two. Reply: {code, once_since, failures, calls, halts (1: the cycle halts)}, and a
-completed cycle's period, hashes and tools after them.
+completed cycle's period, hashes and tools after them; when those four are all 0, the reply of
+MODE_CHECK (or MODE_CYCLES with cycles on) instead: the ladder has nothing to judge but the count.
 
 The record's fields (packed: every byte of every session counts):
   h (FIELD_STREAK)  call hash (to H_HASH_END: 16 bytes) | last call id (to H_LAST_END) |
@@ -81,6 +82,7 @@ The record's fields (packed: every byte of every session counts):
   o (FIELD_ONCE)    once-only tools only: ONCE_ENTRY (17) bytes per call that ran: ONCE_HASH (8) bytes of the call
                     hash | call id (5) | Unix seconds (4, big-endian), oldest first
   f<tool>           max_failures only: call id (5) of the tool's last failure | its failures in a row, decimal
+                    (empty after a success)
   n<tool>           max_calls only: the tool's counted calls in the session, decimal (<tool>: as in ARGV[ABOUT])
 Ladder rules off, an unhalted session's record is what it was before them (no field more).
 The layout did not change when the mode argument came (only ARGV did): records of the previous version are read
@@ -167,12 +169,14 @@ if mode ~= MODE_CHECK then
     end
     -- the tool's field: its name as ARGV[ABOUT] holds it (after the length byte)
     local field = FIELD_FAILURES .. sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)
-    if ARGV[RESULT] ~= '1' then  -- a success: the tool's failures in a row start again
-      rcall('HDEL', key, field)
+    local seen = rcall('HGET', key, field)
+    if ARGV[RESULT] ~= '1' then  -- a success: the tool's failures in a row start again (the field emptied)
+      if seen and seen ~= '' then
+        rcall('HSET', key, field, '')
+      end
       return OBSERVE_RECORDED
     end
     local id = sub(call, CALL_TTL_END + 1, CALL_TTL_END + ID_BYTES)
-    local seen = rcall('HGET', key, field)
     local failed = 0
     if seen then
       if sub(seen, 1, ID_BYTES) == id then
@@ -202,16 +206,12 @@ if mode ~= MODE_CHECK then
       rcall('HSET', key, FIELD_STREAK, head .. packed .. tail, FIELD_HALT, ARGV[HALT_INFO],
         FIELD_ABOUT, ARGV[ABOUT])
     end
-    if ttl > 0 then
-      rcall('PEXPIRE', key, ttl)
-    else
-      rcall('PERSIST', key)
-    end
+    rcall('PEXPIRE', key, ttl)
     return 1
   elseif mode == MODE_UNBLOCK then
     local record = rcall('HGET', key, FIELD_STREAK)
     if record and byte(record, -1) == HALTED_BYTE then
-      return rcall('DEL', key)
+      return rcall('PEXPIRE', key, 0)  -- a timeout of 0 deletes the key (no command the checks do not run)
     end
     return 0
   elseif mode == MODE_LADDER then
@@ -230,317 +230,326 @@ local last = sub(call, size - ID_BYTES + 1)
 local limit = tonumber(ARGV[LIMIT])
 local hash = sub(call, 1, CALL_HASH_END)
 local record, ring
-local name_list, cycle_reply, parse_ring, period_of, ladder_step
+local name_list, cycle_reply, parse_ring, period_of
 -- ARGV[LADDER]: halt_at, cycle_halt_repeats, once, max_failures, max_calls, enforce (0: off), in decimal
-local rules
+local halt_at, halt_repeats, once, max_failures, max_calls, enforce
+local once_list, failed, calls, tool  -- MODE_LADDER: the fields o, f<tool> and n<tool>, and the tool
 if plain then
   record = rcall('HGET', key, FIELD_STREAK)
 else
-  local once_list, failed, calls = nil, nil, nil
-  rules = {0, 0, 0, 0, 0, 1}
-  local tool = sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)
   if ladder then
-    local at = 1
-    for value in string.gmatch(ARGV[LADDER], '%d+') do
-      rules[at] = tonumber(value)
-      at = at + 1
-    end
+    halt_at, halt_repeats, once, max_failures, max_calls, enforce =
+      string.match(ARGV[LADDER], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+    halt_at, halt_repeats, once = tonumber(halt_at), tonumber(halt_repeats), tonumber(once)
+    max_failures, max_calls, enforce = tonumber(max_failures), tonumber(max_calls), tonumber(enforce)
+    tool = sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)
+  end
+  if ladder and (cycles or once > 0 or max_failures > 0 or max_calls > 0) then
     local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_RING, FIELD_ONCE, FIELD_FAILURES .. tool,
       FIELD_CALLS .. tool)
     record, ring, once_list, failed, calls = stored[1], stored[2], stored[3], stored[4], stored[5]
-  else
+  elseif cycles then
     local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_RING)
     record, ring = stored[1], stored[2]
+  else  -- halt_at alone
+    record = rcall('HGET', key, FIELD_STREAK)
   end
 
-  -- The tools part of c (length byte and name each) as a list of names.
-  name_list = function(names)
-    local list, at = {}, 1
-    while at <= #names do
-      local length = byte(names, at)
-      list[#list + 1] = sub(names, at + 1, at + length)
-      at = at + 1 + length
-    end
-    return list
-  end
-
-  -- The cycle answer for a call whose cycle of `period` calls ends at ring entry `at_end` of `entries`.
-  cycle_reply = function(code, period, entries, tools, at_end)
-    local names, shown = name_list(tools), {}
-    local n = #entries / RING_ENTRY
-    for i = #names - (n - at_end) - period + 1, #names - (n - at_end) do
-      shown[#shown + 1] = char(#names[i]) .. names[i]
-    end
-    local members = sub(entries, (at_end - period) * RING_ENTRY + 1, at_end * RING_ENTRY)
-    local hex = (string.gsub(members, '.', function(one) return string.format('%02x', byte(one)) end))
-    return {code, period, hex, table.concat(shown)}
-  end
-
-  -- The ring of c as (periods, entries, tools part).
-  parse_ring = function()
-    if not ring or #ring < 3 then
-      return '\0\0', '', ''
-    end
-    local n = byte(ring, 3)
-    return sub(ring, 1, 2), sub(ring, 4, 3 + n * RING_ENTRY), sub(ring, 4 + n * RING_ENTRY)
-  end
-
-  -- The shortest period p (2..longest) whose `repeats` repetitions end the ring `entries`, else 0.
-  period_of = function(entries, longest, repeats)
-    local filled, newest = #entries, sub(entries, -RING_ENTRY)
-    for p = 2, longest do
-      local span = p * repeats * RING_ENTRY
-      if filled < span then
-        break
+  if cycles then
+    -- The tools part of c (length byte and name each) as a list of names.
+    name_list = function(names)
+      local list, at = {}, 1
+      while at <= #names do
+        local length = byte(names, at)
+        list[#list + 1] = sub(names, at + 1, at + length)
+        at = at + 1 + length
       end
-      -- first the one comparison that rules most calls out: this call against the one p calls before it
-      if newest == sub(entries, filled - (p + 1) * RING_ENTRY + 1, filled - p * RING_ENTRY) then
-        local window = sub(entries, -span)
-        if sub(window, 1, span - p * RING_ENTRY) == sub(window, p * RING_ENTRY + 1)
-            and sub(window, 1, p * RING_ENTRY) ~= string.rep(sub(window, 1, RING_ENTRY), p) then
-          return p
-        end
-      end
+      return list
     end
-    return 0
-  end
 
-  -- The ladder (MODE_LADDER; see model.check): the call's facts, its judgement (model.judge's order) and
-  -- its effects (the tool's call count, the once-only call that ran, the halt). `reply`: the streak's
-  -- answer (a code, or a cycle's array); `streak`: the field h just written (nil for a replay).
-  ladder_step = function(reply, count, stored, replayed, period, halts, streak)
-    local halt_at, halt_repeats, once, max_failures, max_calls, enforce =
-      rules[1], rules[2], rules[3], rules[4], rules[5], rules[6]
-    local once_since, failures, number = 0, 0, 0
-    local prefix = sub(hash, 1, ONCE_HASH)
-    if once > 0 and once_list then
-      for at = 1, #once_list, ONCE_ENTRY do
-        if sub(once_list, at, at + ONCE_HASH - 1) == prefix then
-          if not (replayed and sub(once_list, at + ONCE_HASH, at + ONCE_HASH + ID_BYTES - 1) == last) then
-            local b1, b2, b3, b4 = byte(once_list, at + ONCE_HASH + ID_BYTES, at + ONCE_ENTRY - 1)
-            once_since = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
-          end
+    -- The cycle answer for a call whose cycle of `period` calls ends at ring entry `at_end` of `entries`.
+    cycle_reply = function(code, period, entries, tools, at_end)
+      local names, shown = name_list(tools), {}
+      local n = #entries / RING_ENTRY
+      for i = #names - (n - at_end) - period + 1, #names - (n - at_end) do
+        shown[#shown + 1] = char(#names[i]) .. names[i]
+      end
+      local members = sub(entries, (at_end - period) * RING_ENTRY + 1, at_end * RING_ENTRY)
+      local hex = (string.gsub(members, '.', function(one) return string.format('%02x', byte(one)) end))
+      return {code, period, hex, table.concat(shown)}
+    end
+
+    -- The ring of c as (periods, entries, tools part).
+    parse_ring = function()
+      if not ring or #ring < 3 then
+        return '\0\0', '', ''
+      end
+      local n = byte(ring, 3)
+      return sub(ring, 1, 2), sub(ring, 4, 3 + n * RING_ENTRY), sub(ring, 4 + n * RING_ENTRY)
+    end
+
+    -- The shortest period p (2..longest) whose `repeats` repetitions end the ring `entries`, else 0.
+    period_of = function(entries, longest, repeats)
+      local filled, newest = #entries, sub(entries, -RING_ENTRY)
+      for p = 2, longest do
+        local span = p * repeats * RING_ENTRY
+        if filled < span then
           break
         end
-      end
-    end
-    if max_failures > 0 and failed then
-      failures = tonumber(sub(failed, ID_BYTES + 1)) or 0
-    end
-    if max_calls > 0 then
-      number = tonumber(calls or '0') or 0
-      if replayed then  -- its number then: the tool's calls less those counted since
-        number = number - (stored - count)
-      else
-        number = number + 1
-        rcall('HSET', key, FIELD_CALLS .. tool, string.format('%d', number))
-      end
-    end
-    if not replayed then
-      local rule = nil
-      if halts or (halt_at > 0 and count >= halt_at) then
-        rule = 'halt'
-      elseif count >= limit or period > 0 or (once > 0 and once_since > 0)
-          or (max_failures > 0 and failures >= max_failures) or (max_calls > 0 and number > max_calls) then
-        rule = 'other'
-      end
-      if rule == 'halt' and enforce > 0 then
-        local now = rcall('TIME')
-        local by_count = halt_at > 0 and count >= halt_at
-        local since = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
-        local hex = (string.gsub(sub(hash, 1, RING_ENTRY), '.',
-          function(one) return string.format('%02x', byte(one)) end))
-        rcall('HSET', key, FIELD_STREAK, streak .. HALTED, FIELD_HALT, table.concat({
-          since, by_count and 'repeat' or 'cycle', string.format('%d', count),
-          string.format('%d', by_count and halt_at or halt_repeats), hex, '', '', tool}, '\0'))
-      elseif once > 0 and once_since == 0 and (rule == nil or enforce == 0) then
-        local seconds = tonumber(rcall('TIME')[1])
-        local entries = (once_list or '') .. prefix .. last .. char(
-          math.floor(seconds / 16777216) % 256, math.floor(seconds / 65536) % 256,
-          math.floor(seconds / 256) % 256, seconds % 256)
-        if #entries > ONCE_ENTRIES * ONCE_ENTRY then
-          entries = sub(entries, -ONCE_ENTRIES * ONCE_ENTRY)
+        -- first the one comparison that rules most calls out: this call against the one p calls before it
+        if newest == sub(entries, filled - (p + 1) * RING_ENTRY + 1, filled - p * RING_ENTRY) then
+          local window = sub(entries, -span)
+          if sub(window, 1, span - p * RING_ENTRY) == sub(window, p * RING_ENTRY + 1)
+              and sub(window, 1, p * RING_ENTRY) ~= string.rep(sub(window, 1, RING_ENTRY), p) then
+            return p
+          end
         end
-        rcall('HSET', key, FIELD_ONCE, entries)
       end
+      return 0
     end
-    local out = {type(reply) == 'table' and reply[1] or reply, once_since, failures, number, halts and 1 or 0}
-    if type(reply) == 'table' then
-      out[6], out[7], out[8] = reply[2], reply[3], reply[4]
-    end
-    return out
   end
+
 end
--- A halted session (h ends with HALTED): refused, nothing counted or written, the TTL left as it is.
-if record and byte(record, -1) == HALTED_BYTE then
-  return {REPLY_HALTED, rcall('HGET', key, FIELD_HALT) or ''}
+local stored = nil  -- the record's count when it holds this call's streak
+if record then
+  if find(record, hash, 1, true) == 1 then
+    stored = tonumber(sub(record, H_TTL_END + 1))  -- nil for a halted record ("5!")
+  end
+  -- A halted session (h ends with HALTED): refused, nothing counted or written, the TTL left as it is. (Tested
+  -- only when the record does not go on with this call's streak: a streak that goes on costs nothing more.)
+  if not stored and byte(record, -1) == HALTED_BYTE then
+    return {REPLY_HALTED, rcall('HGET', key, FIELD_HALT) or ''}
+  end
 end
 local n = 0
 local before = NO_ID
-if record and find(record, hash, 1, true) == 1 then
-  local stored = tonumber(sub(record, H_TTL_END + 1))
-  if stored then
-    local last_id = sub(record, H_HASH_END + 1, H_LAST_END)
-    local count = nil
-    -- a run is resent whole when its last two call ids are the record's last two
-    if last == last_id and (k == 1 or sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
-        == sub(record, H_LAST_END + 1, H_PREVIOUS_END)) then
-      count = stored
-    elseif k == 1 and stored > 1 and find(record, last, H_LAST_END + 1, true) == H_LAST_END + 1 then
-      count = stored - 1
-    end
-    if count then
-      local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
-      local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
-      if ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW]) then
-        rcall('PEXPIRE', key, ARGV[TTL])
-        local code = count * REPLY_COUNT + REPLY_REPLAYED
-        if count >= limit then
-          code = code + REPLY_DENIED
+-- what the ladder judges: a replay and its count, the streak's reply, its cycle's period, whether it halts, field h
+local replayed, count, reply, period, halts, streak = false, nil, nil, 0, false, nil
+if stored then
+  local last_id = sub(record, H_HASH_END + 1, H_LAST_END)
+  local again = nil
+  -- a run is resent whole when its last two call ids are the record's last two
+  if last == last_id and (k == 1 or sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
+      == sub(record, H_LAST_END + 1, H_PREVIOUS_END)) then
+    again = stored
+  elseif k == 1 and stored > 1 and find(record, last, H_LAST_END + 1, true) == H_LAST_END + 1 then
+    again = stored - 1
+  end
+  if again then
+    local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
+    local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
+    if ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW]) then
+      rcall('PEXPIRE', key, ARGV[TTL])
+      local code = again * REPLY_COUNT + REPLY_REPLAYED
+      if again >= limit then
+        code = code + REPLY_DENIED
+      end
+      reply = code
+      if cycles then
+        local periods, entries, tools = parse_ring()
+        local previous = again ~= stored and 1 or 0
+        period = byte(periods, 1 + previous)
+        local at_end = #entries / RING_ENTRY - previous
+        if period > 0 and at_end >= period and #name_list(tools) >= period + previous then
+          reply = cycle_reply(code, period, entries, tools, at_end)
+        else
+          period = 0
         end
-        local reply, period = code, 0
-        if cycles then
-          local periods, entries, tools = parse_ring()
-          local previous = count ~= stored and 1 or 0
-          period = byte(periods, 1 + previous)
-          local at_end = #entries / RING_ENTRY - previous
-          if period > 0 and at_end >= period and #name_list(tools) >= period + previous then
-            reply = cycle_reply(code, period, entries, tools, at_end)
-          else
-            period = 0
-          end
-        end
-        if ladder then
-          return ladder_step(reply, count, stored, true, period, false, nil)
-        end
+      end
+      if not ladder then
         return reply
       end
+      replayed, count = true, again  -- judged by the ladder below
     end
-    n = stored
-    before = last_id
   end
+  n = stored
+  before = last_id
 end
-if k > 1 then
-  -- A run whose call ids repeat (among its calls, or the record's last two) is counted call by call, each
-  -- as it would be alone: a replay keeps the count it got; the reply is then an array, a code per call.
-  local seen, previous, mixed = {}, n > 0 and sub(record, H_LAST_END + 1, H_PREVIOUS_END), false
-  for at = CALL_TTL_END + 1, size, ID_BYTES do
-    local id = sub(call, at, at + ID_BYTES - 1)
-    if seen[id] or id == before or id == previous then
-      mixed = true
-      break
-    end
-    seen[id] = true
-  end
-  if mixed and not cycles then
-    local c, newest, older, fresh, counted, replies = n, before, previous or NO_ID, nil, false, {}
+if not replayed then
+  if k > 1 then
+    -- A run whose call ids repeat (among its calls, or the record's last two) is counted call by call, each
+    -- as it would be alone: a replay keeps the count it got; the reply is then an array, a code per call.
+    local seen, previous, mixed = {}, n > 0 and sub(record, H_LAST_END + 1, H_PREVIOUS_END), false
     for at = CALL_TTL_END + 1, size, ID_BYTES do
       local id = sub(call, at, at + ID_BYTES - 1)
-      local again = nil
-      if c > 0 and (id == newest or (c > 1 and id == older)) then
-        if fresh == nil then
-          local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
-          local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
-          fresh = ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW])
-        end
-        if fresh then
-          again = id == newest and c or c - 1
-        end
+      if seen[id] or id == before or id == previous then
+        mixed = true
+        break
       end
-      local code
-      if again then
-        code = again * REPLY_COUNT + REPLY_REPLAYED
-        if again >= limit then
-          code = code + REPLY_DENIED
-        end
-      else
-        c, older, newest, counted, fresh = c + 1, newest, id, true, true
-        code = c * REPLY_COUNT
-        if c >= limit then
-          code = code + REPLY_DENIED
-        end
-      end
-      replies[#replies + 1] = code
+      seen[id] = true
     end
-    if counted then
-      local fields = hash .. newest .. older .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. c
-      if n == 0 and record and byte(ARGV[JUDGED], -1) == 112 then
-        rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT],
-          FIELD_RESULT, '')
-      elseif n == 0 then
-        rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
-      else
-        rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
+    if mixed and not cycles then
+      local c, newest, older, fresh, counted, replies = n, before, previous or NO_ID, nil, false, {}
+      for at = CALL_TTL_END + 1, size, ID_BYTES do
+        local id = sub(call, at, at + ID_BYTES - 1)
+        local again = nil
+        if c > 0 and (id == newest or (c > 1 and id == older)) then
+          if fresh == nil then
+            local b1, b2, b3, b4, b5 = byte(record, H_PREVIOUS_END + 1, H_TTL_END)
+            local ttl = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
+            fresh = ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW])
+          end
+          if fresh then
+            again = id == newest and c or c - 1
+          end
+        end
+        local code
+        if again then
+          code = again * REPLY_COUNT + REPLY_REPLAYED
+          if again >= limit then
+            code = code + REPLY_DENIED
+          end
+        else
+          c, older, newest, counted, fresh = c + 1, newest, id, true, true
+          code = c * REPLY_COUNT
+          if c >= limit then
+            code = code + REPLY_DENIED
+          end
+        end
+        replies[#replies + 1] = code
       end
+      if counted then
+        local fields = hash .. newest .. older .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. c
+        if n == 0 and record and byte(ARGV[JUDGED], -1) == 112 then
+          rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT],
+            FIELD_RESULT, '')
+        elseif n == 0 then
+          rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
+        else
+          rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
+        end
+      end
+      rcall('PEXPIRE', key, ARGV[TTL])
+      return replies
+    end
+  end
+  count = n + k
+  if k > 1 then
+    before = sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
+  end
+  local fields = hash .. last .. before .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. count
+  local code = count * REPLY_COUNT
+  if count >= limit then
+    code = code + REPLY_DENIED
+  end
+  local renew = n == 0 and record and byte(ARGV[JUDGED], -1) == 112  -- "p": a progress-aware tool
+  if not cycles then
+    if renew then
+      -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '')
+    elseif n == 0 then
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
+    else
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
     end
     rcall('PEXPIRE', key, ARGV[TTL])
-    return replies
-  end
-end
-local count = n + k
-if k > 1 then
-  before = sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
-end
-local fields = hash .. last .. before .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. count
-local code = count * REPLY_COUNT
-if count >= limit then
-  code = code + REPLY_DENIED
-end
-local renew = n == 0 and record and byte(ARGV[JUDGED], -1) == 112  -- "p": a progress-aware tool
-if not cycles then
-  if renew then
-    -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
-    rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '')
-  elseif n == 0 then
-    rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
+    if not ladder then
+      return code
+    end
+    reply = code
   else
-    rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
+    -- Cycles on: the ring step, written with the record in one HSET.
+    local periods, entries, tools = parse_ring()
+    local longest, repeats = tonumber(ARGV[LONGEST]), tonumber(ARGV[REPEATS])
+    local size_byte = byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID
+    local kept_entries = longest * math.max(repeats, halt_repeats or 0) * RING_ENTRY
+    entries = entries .. string.rep(sub(call, 1, RING_ENTRY), k)
+    if #entries > kept_entries then
+      entries = sub(entries, -kept_entries)
+    end
+    tools = tools .. string.rep(char(size_byte) .. sub(ARGV[ABOUT], 2, 1 + size_byte), k)
+    local kept, at = 0, 1
+    while at <= #tools do
+      kept = kept + 1
+      at = at + 1 + byte(tools, at)
+    end
+    while kept > longest + 1 do
+      tools = sub(tools, 2 + byte(tools, 1))
+      kept = kept - 1
+    end
+    period = period_of(entries, longest, repeats)
+    local c = char(period, byte(periods, 1), #entries / RING_ENTRY) .. entries .. tools
+    if renew then
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '',
+        FIELD_RING, c)
+    elseif n == 0 then
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RING, c)
+    else
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_RING, c)
+    end
+    rcall('PEXPIRE', key, ARGV[TTL])
+    reply = code
+    if period > 0 then
+      reply = cycle_reply(code, period, entries, tools, #entries / RING_ENTRY)
+    end
+    if not ladder then
+      return reply
+    end
+    -- a cycle repeated cycle_halt_repeats times halts the session
+    halts = period > 0 and halt_repeats > 0 and period_of(entries, longest, halt_repeats) > 0
   end
-  rcall('PEXPIRE', key, ARGV[TTL])
-  if ladder then
-    return ladder_step(code, count, n, false, 0, false, fields)
+  streak = fields
+end
+-- The ladder (MODE_LADDER; see model.check): the call's facts, its judgement (model.judge's order) and its
+-- effects (the tool's call count, the once-only call that ran, the halt); `reply`: the streak's answer (a
+-- code, or a cycle's array); `streak`: the field h just written (nil for a replay, whose n is the stored count).
+local once_since, failures, number = 0, 0, 0
+local prefix = sub(hash, 1, ONCE_HASH)
+if once > 0 and once_list then
+  local at = find(once_list, prefix, 1, true)
+  while at and (at - 1) % ONCE_ENTRY ~= 0 do  -- found across two entries: not an entry's hash
+    at = find(once_list, prefix, at + 1, true)
   end
-  return code
+  if at and not (replayed and sub(once_list, at + ONCE_HASH, at + ONCE_HASH + ID_BYTES - 1) == last) then
+    local b1, b2, b3, b4 = byte(once_list, at + ONCE_HASH + ID_BYTES, at + ONCE_ENTRY - 1)
+    once_since = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+  end
 end
-
--- Cycles on: the ring step, written with the record in one HSET.
-local periods, entries, tools = parse_ring()
-local longest, repeats = tonumber(ARGV[LONGEST]), tonumber(ARGV[REPEATS])
-local halt_repeats = rules[2]
-local size_byte = byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID
-local kept_entries = longest * math.max(repeats, halt_repeats) * RING_ENTRY
-entries = entries .. string.rep(sub(call, 1, RING_ENTRY), k)
-if #entries > kept_entries then
-  entries = sub(entries, -kept_entries)
+if max_failures > 0 and failed then
+  failures = tonumber(sub(failed, ID_BYTES + 1)) or 0
 end
-tools = tools .. string.rep(char(size_byte) .. sub(ARGV[ABOUT], 2, 1 + size_byte), k)
-local kept, at = 0, 1
-while at <= #tools do
-  kept = kept + 1
-  at = at + 1 + byte(tools, at)
+if max_calls > 0 then
+  number = tonumber(calls or '0') or 0
+  if replayed then  -- its number then: the tool's calls less those counted since
+    number = number - (n - count)
+  else
+    number = number + 1
+    rcall('HSET', key, FIELD_CALLS .. tool, string.format('%d', number))
+  end
 end
-while kept > longest + 1 do
-  tools = sub(tools, 2 + byte(tools, 1))
-  kept = kept - 1
+if not replayed then
+  local rule = nil
+  if halts or (halt_at > 0 and count >= halt_at) then
+    rule = 'halt'
+  elseif count >= limit or period > 0 or (once > 0 and once_since > 0)
+      or (max_failures > 0 and failures >= max_failures) or (max_calls > 0 and number > max_calls) then
+    rule = 'other'
+  end
+  if rule == 'halt' and enforce > 0 then
+    local now = rcall('TIME')
+    local by_count = halt_at > 0 and count >= halt_at
+    local since = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+    local hex = (string.gsub(sub(hash, 1, RING_ENTRY), '.',
+      function(one) return string.format('%02x', byte(one)) end))
+    rcall('HSET', key, FIELD_STREAK, streak .. HALTED, FIELD_HALT, table.concat({
+      since, by_count and 'repeat' or 'cycle', string.format('%d', count),
+      string.format('%d', by_count and halt_at or halt_repeats), hex, '', '', tool}, '\0'))
+  elseif once > 0 and once_since == 0 and (rule == nil or enforce == 0) then
+    local seconds = tonumber(rcall('TIME')[1])
+    local entries = (once_list or '') .. prefix .. last .. char(
+      math.floor(seconds / 16777216) % 256, math.floor(seconds / 65536) % 256,
+      math.floor(seconds / 256) % 256, seconds % 256)
+    if #entries > ONCE_ENTRIES * ONCE_ENTRY then
+      entries = sub(entries, -ONCE_ENTRIES * ONCE_ENTRY)
+    end
+    rcall('HSET', key, FIELD_ONCE, entries)
+  end
 end
-local period = period_of(entries, longest, repeats)
-local c = char(period, byte(periods, 1), #entries / RING_ENTRY) .. entries .. tools
-if renew then
-  rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '',
-    FIELD_RING, c)
-elseif n == 0 then
-  rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RING, c)
-else
-  rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_RING, c)
+if once_since == 0 and failures == 0 and number == 0 and not halts then
+  return reply  -- nothing for the ladder to judge but the count (and the cycle): the reply of its mode
 end
-rcall('PEXPIRE', key, ARGV[TTL])
-local reply = code
-if period > 0 then
-  reply = cycle_reply(code, period, entries, tools, #entries / RING_ENTRY)
+local out = {type(reply) == 'table' and reply[1] or reply, once_since, failures, number, halts and 1 or 0}
+if type(reply) == 'table' then
+  out[6], out[7], out[8] = reply[2], reply[3], reply[4]
 end
-if ladder then
-  -- a cycle repeated cycle_halt_repeats times halts the session
-  local halts = period > 0 and halt_repeats > 0 and period_of(entries, longest, halt_repeats) > 0
-  return ladder_step(reply, count, n, false, period, halts, fields)
-end
-return reply
+return out

@@ -22,27 +22,32 @@ from distbrake import ConfigurationError, LoopBrake
 @dataclass(frozen=True)
 class Adapter:
     """A framework adapter as the tests see it: the framework package it needs, the extra that installs it,
-    whether it takes sync brakes only, and its test module's marks (the framework's own warnings)."""
+    whether it takes sync brakes only, its test module's marks (the framework's own warnings), and how its
+    host sees a halted session (`halt`): "raises" (the run raises, `LoopBrakeHalt` in its exception chain or
+    the framework's stop carrying it), "stops" (the run ends without raising: its result is the halt text,
+    `Run.stopped`) or "answers" (an MCP server: it cannot end the client's run, every later call of the
+    session is an error result saying it is halted)."""
 
     framework: str
     extra: str
     sync_only: bool = False
     marks: tuple[pytest.MarkDecorator, ...] = ()
+    halt: str = "raises"
 
 
 # Every framework adapter, by its module's name under distbrake.integrations.
 ADAPTERS: dict[str, Adapter] = {
     "langchain": Adapter("langchain", "langchain"),
     "pydantic_ai": Adapter("pydantic_ai", "pydantic-ai"),
-    "fastmcp": Adapter("fastmcp", "fastmcp"),
-    "mcp": Adapter("mcp", "mcp"),
+    "fastmcp": Adapter("fastmcp", "fastmcp", halt="answers"),
+    "mcp": Adapter("mcp", "mcp", halt="answers"),
     "openai_agents": Adapter("agents", "openai-agents"),
     "google_adk": Adapter("google.adk", "google-adk"),
     "llamaindex": Adapter("llama_index", "llamaindex", marks=(
         pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning"),
         pytest.mark.filterwarnings("ignore:Skipping serialization of known unserializable key"),
     )),
-    "claude_agent_sdk": Adapter("claude_agent_sdk", "claude-agent-sdk"),
+    "claude_agent_sdk": Adapter("claude_agent_sdk", "claude-agent-sdk", halt="stops"),
     "agent_framework": Adapter("agent_framework", "agent-framework"),
     "crewai": Adapter(
         "crewai", "crewai", sync_only=True, marks=(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai"),)
@@ -91,11 +96,17 @@ _run_ids = itertools.count(1)
 @dataclass
 class Run:
     """One agent run a driver plays: a scripted model calling `search {"q": "weather"}` `calls` times in a row
-    (one model turn each, ids `ids`), then answering; in conversation `conversation`."""
+    (one model turn each, ids `ids`), then answering; in conversation `conversation`.
+
+    The driver fills in, even when the run raised: `asked`, how many times the model was called (None for
+    an MCP server: its client is the caller), and `stopped`, the text a run the framework ended without
+    raising ended with (the Claude Agent SDK's result after a hook's `continue: false`)."""
 
     calls: int
     conversation: str
     ids: list[str] = field(default_factory=list)
+    asked: int | None = None
+    stopped: str | None = None
 
     def __post_init__(self) -> None:
         tag = next(_run_ids)

@@ -10,6 +10,9 @@ see `tests.adapters.Driver`); the scenarios here are written once:
 * a progress-aware tool whose result changes is never refused (and one whose result repeats is);
 * scopes: one call per run is never a loop under `scope="run"` (the default); under
   `scope="conversation"` the third run's call is refused;
+* a model that ignores every refusal is halted (`max_repeats=3, halt_at=5`): the run ends the framework's
+  way (an MCP server answers every later call of the session with the halt), and a second worker refuses
+  that session's next call of any tool;
 * the adapter's module names its extra when the framework is missing, and `import distbrake` leaves the
   framework alone.
 
@@ -19,12 +22,13 @@ installed: `.ci/run` runs their cases in their own environments (`-k <adapter>`)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from distbrake import call_hash, hash_prefix
+from distbrake import LoopBrakeError, LoopBrakeHalt, call_hash, hash_prefix
 from tests.adapters import (
     ADAPTERS,
     Body,
@@ -36,7 +40,7 @@ from tests.adapters import (
     import_leaves_the_framework_alone,
     names_its_extra_when_missing,
 )
-from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, inspect_count
+from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, Checker, inspect_count
 
 PREFIX = hash_prefix(call_hash("search", {"q": "weather"}))
 ADAPTER_TIMEOUT = 5.0  # the adapters are tested here, not timing: a busy machine must not reach the policy
@@ -209,3 +213,69 @@ async def test_a_session_id_callable_names_the_session_and_none_falls_back_to_th
     assert [s.refused for s in other] == [False]  # None: the scope's session, another conversation's
     assert [s.refused for s in again] == [True]  # "": the scope's session, the first conversation's third call
     assert len(body.runs) == 5
+
+
+# -- the halt: a model that ignores every refusal -------------------------------------------------------
+
+HALT = {"max_repeats": 3, "halt_at": 5}
+FOREVER = 12  # the scripted model asks for the same call this many times: it never gives up by itself
+
+
+def raised_halt(raised: BaseException) -> tuple[str, str]:
+    """`(text, session)` of the halt a run that raised carries: the `LoopBrakeHalt` in its exception chain
+    (causes, contexts, exception groups), or the OpenAI Agents tripwire's denial (`output_info`)."""
+    seen: list[BaseException] = [raised]
+    while seen:
+        error = seen.pop()
+        if isinstance(error, LoopBrakeHalt):
+            return str(error), error.session_id
+        assert not isinstance(error, LoopBrakeError), f"a refusal other than the halt ended the run: {error!r}"
+        info = getattr(getattr(error, "output", None), "output_info", None)
+        if isinstance(info, dict) and info.get("kind") == "halt":
+            return str(info["message"]), str(info["session_id"])
+        seen += [e for e in (error.__cause__, error.__context__) if e is not None]
+        seen += list(getattr(error, "exceptions", ()))
+    raise AssertionError(f"no halt in {raised!r}")
+
+
+def halted_session(text: str) -> str:
+    """The session a halt text names."""
+    found = re.search(r'session "(.+?)" is halted', text)
+    assert found, text
+    return found.group(1)
+
+
+async def test_a_model_that_ignores_refusals_is_halted_and_a_second_worker_refuses_the_session(
+    adapter: str, driver: Driver, brakes: Any, redis_url: str
+) -> None:
+    """Two workers on one real Redis: the first runs the agent (max_repeats=3, halt_at=5), the second (a brake
+    with no ladder of its own: the halt is in the session's record) is then asked for another tool."""
+    first_face = "sync" if ADAPTERS[adapter].sync_only else "async"
+    first = brakes(f"{first_face}-redis", redis_url, timeout_seconds=ADAPTER_TIMEOUT, **HALT)
+    second = brakes("sync-redis", redis_url, timeout_seconds=ADAPTER_TIMEOUT)
+    body, plan = Body(), Run(FOREVER, "c-halt")
+
+    how = ADAPTERS[adapter].halt
+    if how == "raises":
+        with pytest.raises(Exception) as caught:
+            await driver.run(first, body, plan)
+        text, session = raised_halt(caught.value)
+    else:
+        seen = await driver.run(first, body, plan)
+        if how == "stops":  # the framework's own stop, with the halt as its text
+            assert plan.stopped is not None
+            text, session = plan.stopped, halted_session(plan.stopped)
+        else:  # an MCP server: every call of the session from the fifth on is an error result saying so
+            assert [s.refused for s in seen] == [False, False] + [True] * (FOREVER - 2)
+            assert not any("is halted" in s.text for s in seen[:4])
+            assert all("is halted" in s.text and "the run was stopped" in s.text for s in seen[4:])
+            text, session = seen[4].text, halted_session(seen[4].text)
+
+    assert body.runs == ["weather", "weather"]
+    assert "is halted" in text and "called 5 times in a row" in text and PREFIX in text, text
+    assert "weather" not in text
+    if how != "answers":
+        assert plan.asked is not None and plan.asked <= 6, plan.asked
+    with pytest.raises(LoopBrakeHalt) as refused:
+        await Checker(second).check("another_tool", {"x": 1}, session_id=session)
+    assert refused.value.session_id == session

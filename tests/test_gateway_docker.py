@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from distbrake import LoopBrake
 from distbrake.gateways.docker import DockerInterceptor, refusal_body
 from distbrake.gateways.sessions import GatewaySessions
 from tests.backends import ADAPTER_BRAKES, Brakes, session_names
@@ -60,6 +61,22 @@ async def test_third_identical_call_is_refused_with_a_call_tool_result(make_brak
     assert result["isError"] is True and REFUSAL in result["content"][0]["text"]
     assert b"secret-query" not in answers[2]
     assert await interceptor.before(go_request(arguments={"q": "secret-query"}, meta={"session_id": "t"})) == b""
+
+
+async def test_a_halted_session_is_refused_every_later_call_of_any_tool(make_brake: Callable[..., Brake]) -> None:
+    """The gateway cannot end its client's run: from the halting call on (`halt_at=5`), every call of the session,
+    any tool, is answered with a `CallToolResult` saying the session is halted, by any interceptor on the store."""
+    brake = make_brake(max_repeats=3, halt_at=5)
+    first, second = DockerInterceptor(brake), DockerInterceptor(brake if isinstance(brake, LoopBrake) else make_brake())
+    body = go_request(arguments={"q": "secret-query"}, meta={"session_id": "stuck"})
+    answers = [await first.before(body) for _ in range(5)]
+    assert answers[:2] == [b"", b""]
+    texts = [as_go_result(answer)["content"][0]["text"] for answer in answers[2:]]
+    assert not any("is halted" in text for text in texts[:2])
+    assert 'session "stuck" is halted' in texts[2] and b"secret-query" not in answers[4]
+    other = as_go_result(await second.before(go_request("fetch", {"url": "u"}, meta={"session_id": "stuck"})))
+    assert other["isError"] is True and 'session "stuck" is halted' in other["content"][0]["text"]
+    assert await second.before(go_request(arguments={"q": "secret-query"}, meta={"session_id": "free"})) == b""
 
 
 async def test_the_issue_shape_and_other_methods(make_brake: Callable[..., Brake]) -> None:

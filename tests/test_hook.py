@@ -306,6 +306,68 @@ def test_a_halt_ends_the_turn_where_the_host_can() -> None:
     assert cursor["permission"] == "deny"  # Cursor's tool events cannot end the conversation
 
 
+def halt_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A hook's environment with the ladder: denied from the 3rd identical call, halted at the 5th."""
+    return hook_env(tmp_path, DISTBRAKE_MAX_REPEATS="3", DISTBRAKE_HALT_AT="5", **extra)
+
+
+def assert_halts_claude(answers: list[Any], session: str) -> str:
+    """Five identical Claude Code calls: two allowed, two denied, the fifth halted with Claude's stop."""
+    assert [out(a) for a in answers[:2]] == ["", ""]
+    denied = [json.loads(out(a)) for a in answers[2:4]]
+    assert all("continue" not in d and d["hookSpecificOutput"]["permissionDecision"] == "deny" for d in denied)
+    halted = json.loads(out(answers[4]))
+    assert halted["continue"] is False  # Claude Code stops the turn
+    assert halted["hookSpecificOutput"]["permissionDecision"] == "deny"
+    stop = str(halted["stopReason"])
+    assert stop == halted["hookSpecificOutput"]["permissionDecisionReason"]
+    assert f'session "{session}" is halted' in stop and "called 5 times in a row" in stop
+    assert "npm test" not in stop
+    return stop
+
+
+@pytest.mark.parametrize("store", ["file", "redis"])
+def test_a_halted_session_stops_claude_and_every_later_call_of_any_tool(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Each answer is its own hook process, on the user's streak file or on one Redis (as two machines would)."""
+    env = halt_env(tmp_path, **({"DISTBRAKE_URL": request.getfixturevalue("redis_url")} if store == "redis" else {}))
+    answers = [run("claude-code", hook_events.claude_pre(session="loop", call=f"toolu_{i}"), env) for i in range(5)]
+    assert_halts_claude(answers, "loop")
+    other = hook_events.claude_pre(session="loop", call="toolu_other") | {
+        "tool_name": "Read", "tool_input": {"file_path": "/etc/hosts"}}
+    again = json.loads(out(run("claude-code", other, env)))
+    assert again["continue"] is False and 'session "loop" is halted' in again["stopReason"]
+    codex = json.loads(out(run("codex", hook_events.codex_pre(session="loop"), env)))  # another host, same file
+    assert codex["continue"] is False and 'session "loop" is halted' in codex["stopReason"]
+    gemini = json.loads(out(run("gemini", hook_events.gemini_pre(session="loop"), env)))
+    assert gemini["decision"] == "deny" and gemini["continue"] is False and "is halted" in gemini["stopReason"]
+    cursor = json.loads(out(run("cursor", hook_events.cursor_pre(conversation="loop"), env)))
+    assert cursor["permission"] == "deny" and "is halted" in cursor["agent_message"]  # Cursor cannot stop
+    fresh = run("claude-code", hook_events.claude_pre(session="another", call="toolu_x"), env)
+    assert out(fresh) == ""  # other sessions go on
+
+
+def test_claude_codes_failed_tool_uses_count_for_max_failures(tmp_path: Path) -> None:
+    """`PostToolUseFailure` is a failed call: two in a row refuse the tool's next call (`max_failures=2`), whatever
+    its arguments; a `PostToolUse` between resets the count."""
+    env = hook_env(tmp_path, DISTBRAKE_MAX_REPEATS="10", DISTBRAKE_TOOLS='{"Bash": {"max_failures": 2}}')
+
+    def use(call: str, command: str, outcome: str) -> str:
+        pre = hook_events.claude_pre(session="flaky", call=call) | {"tool_input": {"command": command}}
+        answer = out(run("claude-code", pre, env))
+        if not answer:
+            post = pre | ({"hook_event_name": "PostToolUseFailure", "error": "exit 1"} if outcome == "fail" else
+                          {"hook_event_name": "PostToolUse", "tool_response": {"stdout": "ok"}})
+            assert out(run("claude-code", post, env)) == ""
+        return answer
+
+    assert [use("a", "make", "fail"), use("b", "make", "ok"), use("c", "make -j2", "fail"),
+            use("d", "make -j4", "fail")] == ["", "", "", ""]
+    refused = json.loads(use("e", "make -j8", "fail"))["hookSpecificOutput"]["permissionDecisionReason"]
+    assert refused.startswith('loop brake: tool "Bash" failed 2 times in a row'), refused
+
+
 def test_key_prefixes_keep_apart_in_the_streak_file(tmp_path: Path) -> None:
     env = hook_env(tmp_path)
     for i in range(2):

@@ -106,7 +106,10 @@ class Driver:
 
         client = ScriptedClient(*(calls(i) for i in plan.ids))
         agent = Agent(client=client, tools=[search], middleware=[LoopBrakeMiddleware(brake, **options)])
-        await agent.run("weather?", session=AgentSession(session_id=plan.conversation))
+        try:
+            await agent.run("weather?", session=AgentSession(session_id=plan.conversation))
+        finally:
+            plan.asked = len(client.requests)
         return [Seen(text.startswith("loop brake"), text) for _, text in client.results()]
 
 

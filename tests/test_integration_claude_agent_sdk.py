@@ -50,7 +50,9 @@ class Driver:
 
     async def run(self, brake: Any, body: Body, plan: Run, **options: Any) -> list[Seen]:
         cli = ScriptedCLI([[SEARCH] for _ in plan.ids], {"search": body}, session_id=plan.conversation)
-        await run(cli, loop_brake_hooks(brake, **options))
+        result = await run(cli, loop_brake_hooks(brake, **options))
+        plan.asked = len(cli.model_inputs) + (0 if cli.stop_reasons else 1)  # a stop ends the turn unanswered
+        plan.stopped = result.result if cli.stop_reasons else None
         return [
             Seen(bool(block["is_error"]), "\n".join([block["content"], *(c["text"] for c in contexts)]))
             for block, *contexts in cli.model_inputs

@@ -137,7 +137,11 @@ class Driver:
             with install_hooks(brake, **options):
                 worker.kickoff()
 
-        await asyncio.to_thread(kickoff)
+        asked = len(worker.llm.requests)  # one crew per conversation: its model's earlier runs
+        try:
+            await asyncio.to_thread(kickoff)
+        finally:
+            plan.asked = len(worker.llm.requests) - asked
         return [Seen(text.startswith("loop brake"), text) for i, text in worker.llm.results() if i in plan.ids]
 
 

@@ -108,7 +108,10 @@ class Driver:
         await sessions.create_session(app_name="app", user_id=USER, session_id=plan.conversation)
         message = types.Content(role="user", parts=[types.Part(text="weather?")])
         runner = Runner(app=app, session_service=sessions)
-        [_ async for _ in runner.run_async(user_id=USER, session_id=plan.conversation, new_message=message)]
+        try:
+            [_ async for _ in runner.run_async(user_id=USER, session_id=plan.conversation, new_message=message)]
+        finally:
+            plan.asked = len(model.requests)
         return [
             Seen("error" in response, json.dumps(response))
             for turn in range(1, len(plan.ids) + 1) for response in model.responses(turn)

@@ -127,7 +127,10 @@ class Driver:
 
         scripted = model(*(calls(i) for i in plan.ids))
         agent = create_agent(scripted, [search], middleware=[LoopBrakeMiddleware(brake, **options)])
-        result = await agent.ainvoke(INPUT, config(plan.conversation))
+        try:
+            result = await agent.ainvoke(INPUT, config(plan.conversation))
+        finally:
+            plan.asked = len(scripted.prompts)
         return [
             Seen(m.status == "error", str(m.content)) for m in result["messages"] if isinstance(m, ToolMessage)
         ]
@@ -684,6 +687,25 @@ async def test_a_raised_error_is_observed_as_a_result(face: str, brakes: Callabl
     statuses = [m.status for m in tool_messages(scripted.prompts[-1])]
     assert statuses == ["success", "error"] * 3  # the tool's own errors, never a refusal
     assert all("loop brake" not in str(m.content) for m in tool_messages(scripted.prompts[-1]))
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+async def test_tool_errors_are_failures_for_max_failures(face: str) -> None:
+    """A tool error (the error `ToolMessage` a `ToolNode(handle_tool_errors=True)` makes of a raise) is a
+    failed call: two in a row refuse the third call (`max_failures=2`), which never runs."""
+    poller, scripted = Poller([ValueError("backend down")] * 2 + ["never"]), polling(3)
+    wrap, awrap = tool_call_wrappers(LoopBrake(10, tools={"get_job_status": {"max_failures": 2}}))
+    app = graph(scripted, ToolNode([poller.tool], wrap_tool_call=wrap, awrap_tool_call=awrap, handle_tool_errors=True))
+
+    if face == "sync":
+        app.invoke(INPUT, config("tn-failing"))
+    else:
+        await app.ainvoke(INPUT, config("tn-afailing"))
+
+    assert poller.runs == 2
+    messages = tool_messages(scripted.prompts[-1])
+    assert [m.status for m in messages] == ["error"] * 3
+    assert 'tool "get_job_status" failed 2 times in a row' in str(messages[2].content)
 
 
 # -- the session scope: a run (the default) or the whole conversation ----------------------

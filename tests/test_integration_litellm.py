@@ -153,6 +153,25 @@ async def test_pre_mcp_call_refuses_the_third_identical_call(make_brake: Callabl
     assert outcomes[2] is not None and REFUSAL in outcomes[2] and "secret-q" not in outcomes[2]
 
 
+async def test_a_halted_session_is_refused_every_later_call_and_completion(make_brake: Callable[..., Brake]) -> None:
+    """LiteLLM has no run of its own to end: from the halting call on, every call of the session (any tool, MCP or
+    in a completion: the whole completion fails) is refused with the halt text; other sessions go on."""
+    guardrail = LoopBrakeGuardrail(brake=make_brake(max_repeats=3, halt_at=5), event_hook=["pre_mcp_call", "post_call"])
+    outcomes = [await pre(guardrail, *mcp_data("search", {"q": "secret-q"}, "stuck")) for _ in range(5)]
+    assert outcomes[:2] == [None, None] and all(o is not None for o in outcomes[2:])
+    assert not any("is halted" in str(o) for o in outcomes[:4])
+    halted = str(outcomes[4])
+    assert 'session "litellm-user:default_user_id/stuck" is halted' in halted and "secret-q" not in halted
+    other = await pre(guardrail, *mcp_data("fetch", {"url": "u"}, "stuck"))
+    assert other is not None and "is halted" in other
+    call = {"id": "c", "type": "function", "function": {"name": "fetch", "arguments": '{"url": "v"}'}}
+    data = {"metadata": {"headers": {"x-litellm-session-id": "stuck"}}, "user_api_key_user_id": "default_user_id"}
+    with pytest.raises(HTTPException) as refused:
+        await guardrail.apply_guardrail({"texts": ["ok"], "tool_calls": [call]}, data, "response")
+    assert "is halted" in refused.value.detail["error"]
+    assert await pre(guardrail, *mcp_data("search", {"q": "secret-q"}, "free")) is None
+
+
 async def test_sessions_are_scoped_by_the_caller_and_listing_is_not_a_call(make_brake: Callable[..., Brake]) -> None:
     brake = make_brake()
     guardrail = LoopBrakeGuardrail(brake=brake)

@@ -103,8 +103,11 @@ class Driver:
 
         script = repeating(len(plan.ids))
         agent = FunctionAgent(tools=guard_tools(brake, [FunctionTool.from_defaults(search)], **options), llm=script.llm)
-        with bind_session(plan.conversation):
-            await agent.run(user_msg="weather?")
+        try:
+            with bind_session(plan.conversation):
+                await raise_on_denial(agent.run(user_msg="weather?"))
+        finally:
+            plan.asked = len(script.inputs)
         return [
             Seen(text.startswith("loop brake"), text) for turn in range(1, len(plan.ids) + 1)
             for text in script.results(turn)
@@ -295,6 +298,17 @@ async def test_a_raised_error_is_observed_as_a_result() -> None:
 
     assert len(tools.runs) == 6
     assert [script.results(t)[0] for t in (2, 4, 6)] == ["busy"] * 3
+
+
+async def test_a_failing_tool_is_refused_after_max_failures() -> None:
+    """A tool whose call fails (LlamaIndex's error output of a raise) twice in a row: its third call is refused
+    (`max_failures=2`) and never runs."""
+    tools, script = Tools([RuntimeError("busy")] * 2 + ["never"]), polls(3)
+
+    await tools.agent(script, LoopBrake(10, tools={"get_job_status": {"max_failures": 2}})).run(user_msg="?")
+
+    assert len(tools.runs) == 2
+    assert script.results(3)[0].startswith('loop brake: tool "get_job_status" failed 2 times in a row')
 
 
 SECRET = "sk-live-7f3a9c2e1b"

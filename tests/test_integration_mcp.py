@@ -313,6 +313,8 @@ class PollServer:
     ) -> types.CallToolResult:
         self.runs += 1
         answer = next_answer(self.answers)
+        if isinstance(answer, types.CallToolResult):
+            return answer
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=str(answer))],
             structured_content={"status": answer},
@@ -338,6 +340,25 @@ async def test_a_raised_error_is_observed_as_a_result(wiring: str) -> None:
     poller = PollServer(LoopBrake(tools=POLLER), wiring, answers)
     assert await poller.poll(6) == ["ok", "raised"] * 3  # each differs from the one before
     assert poller.runs == 6
+
+
+def tool_error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_is_error_results_are_failures_for_max_failures(wiring: str) -> None:
+    """A handler's `isError` result is a failed call: two in a row refuse the third call (`max_failures=2`); a
+    success in between resets the count."""
+    brake = LoopBrake(10, tools={"get_job_status": {"max_failures": 2}})
+    poller = PollServer(brake, wiring, [tool_error("down"), "running", tool_error("down"), tool_error("down")])
+    async with Client(poller.server) as client:
+        results = [await client.call_tool("get_job_status", {"job": "j1"}) for _ in range(5)]
+    assert poller.runs == 4
+    assert [r.is_error for r in results] == [True, False, True, True, True]
+    refusal = results[4].content[0]
+    assert isinstance(refusal, types.TextContent)
+    assert 'tool "get_job_status" failed 2 times in a row' in refusal.text, refusal.text
 
 
 # -- the session scope: the client names the session, and may name its run --------------

@@ -94,7 +94,10 @@ class Driver:
         model = ScriptedModel([*(calls(i) for i in plan.ids), [assistant_message("final answer")]])
         agent = Agent(name="researcher", model=model, tools=[function_tool(search)])
         attach_loop_brake(agent, brake, **options)
-        await Runner.run(agent, "weather?", run_config=config(plan.conversation))
+        try:
+            await Runner.run(agent, "weather?", run_config=config(plan.conversation))
+        finally:
+            plan.asked = len(model.calls)
         seen = outputs(model)
         return [Seen(seen[i].startswith("loop brake"), seen[i]) for i in plan.ids]
 
@@ -168,7 +171,7 @@ async def test_on_deny_raise_aborts_the_run(make_brake: Callable[..., Brake]) ->
         await Runner.run(agent, "weather?", run_config=config())
     assert raised.value.guardrail.get_name() == GUARDRAIL_NAME
     info = raised.value.output.output_info
-    assert info["code"] == "LOOP_BRAKE"
+    assert (info["code"], info["kind"]) == ("LOOP_BRAKE", "repeat")
     assert (info["tool_name"], info["count"], info["max_repeats"]) == ("search", 3, 3)
     assert info["hash_prefix"] == PREFIX
     assert_refusal(info["message"])

@@ -109,7 +109,10 @@ class Driver:
             """Search the web for q."""
             return body(q)
 
-        result = await agent.run("weather?", conversation_id=plan.conversation)
+        try:
+            result = await agent.run("weather?", conversation_id=plan.conversation)
+        finally:
+            plan.asked = len(script.prompts)
         seen: list[Seen] = []
         for message in result.new_messages():
             if not isinstance(message, ModelRequest):

@@ -19,7 +19,7 @@ from strands.hooks import BeforeToolCallEvent
 from strands.models import Model
 from strands.types.exceptions import EventLoopException
 
-from distbrake import LoopBrakeError, call_hash, hash_prefix
+from distbrake import LoopBrake, LoopBrakeError, call_hash, hash_prefix
 from distbrake.integrations.strands import RUN_ID_KEY, LoopBrakeHook
 from tests.adapters import Body, Run, Seen, assert_kept_in_process, refuses_bad_options
 from tests.backends import ADAPTER_BRAKES, SYNC_ADAPTER_BRAKES, next_answer
@@ -114,7 +114,10 @@ class Driver:
 
         model = ScriptedModel(*(calls(i) for i in plan.ids))
         agent = Agent(model=model, tools=[search], hooks=[LoopBrakeHook(brake, **options)], callback_handler=None)
-        await agent.invoke_async("weather?", invocation_state={"session_id": plan.conversation})
+        try:
+            await agent.invoke_async("weather?", invocation_state={"session_id": plan.conversation})
+        finally:
+            plan.asked = len(model.requests)
         return [
             Seen(status == "error", "\n".join(texts)) for request in range(1, len(plan.ids) + 1)
             for _, status, texts in model.texts(request)
@@ -244,6 +247,18 @@ async def test_a_raised_error_is_observed_as_a_result(brakes: Any) -> None:
 
     assert poller.runs == 6
     assert poller.model.refusals() == []
+
+
+async def test_a_failing_tool_is_refused_after_max_failures() -> None:
+    """A tool whose call fails (an error result of a raise) twice in a row: its third call is refused
+    (`max_failures=2`) and never runs."""
+    poller = Poller(LoopBrake(10, tools={"get_job_status": {"max_failures": 2}}), [RuntimeError("busy")] * 2, 3)
+
+    await poller.agent.invoke_async("status?")
+
+    assert poller.runs == 2
+    [(_, status, [text])] = [t for t in poller.model.texts(-1) if t[0] == "poll_3"]
+    assert status == "error" and text.startswith('loop brake: tool "get_job_status" failed 2 times in a row')
 
 
 SECRET = "sk-live-SECRET-strands-7f3a"

@@ -17,13 +17,14 @@ from distbrake import DistributedBrake, LoopBrakeError, LoopBrakeHalt
 from distbrake.model import Halt
 from distbrake.redis.contract import FIELD_HALT, FIELD_ONCE, FIELD_STREAK, HALTED, ONCE_ENTRIES, ONCE_ENTRY
 from tests.backends import ALL_BRAKES, Brakes, Checker, face, store, where
-from tests.test_rule_options import LadderModel
+from tests.test_rule_options import LadderModel, ladder_answer
 
 STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
 LADDER = {
     "max_repeats": 3, "halt_at": 5, "timeout_seconds": 10.0,
     "tools": {"mail": {"once": True}, "web": {"max_calls": 3}, "flaky": {"max_failures": 2},
-              "ping": {"exempt": True}, "quiet": {"enforce": False, "once": True, "max_calls": 2}},
+              "ping": {"exempt": True}, "quiet": {"enforce": False, "once": True, "max_calls": 2},
+              "poll": {"progress": True}},
 }
 
 
@@ -40,13 +41,7 @@ def raw(brakes: Brakes, kind: str) -> Any:
 
 async def answer(brake: Checker, tool: str, args: Any, session: str, call_id: str | None = None) -> tuple[Any, ...]:
     """As `LadderModel.check` answers (outcome, rule, number[, halt kind, tool])."""
-    try:
-        verdict = await brake.check(tool, args, session_id=session, call_id=call_id)
-    except LoopBrakeHalt as error:
-        return ("denied", "halt", error.count, error.halt_rule, error.tool_name)
-    except LoopBrakeError as error:
-        return ("denied", f"{error.kind}{error.period or ''}", error.count)
-    return ("would_deny" if verdict.would_deny else "warned" if verdict.warning else "allowed", "", verdict.count)
+    return (await ladder_answer(brake, tool, args, session, call_id))[0]
 
 
 async def test_replays_and_reused_call_ids_are_judged_on_the_facts_of_their_call(make: Callable[..., Checker]) -> None:
@@ -118,7 +113,7 @@ async def test_an_operator_blocks_and_unblocks_one_session(kind: str, brakes: Br
     await brake.check("search", {"q": 1}, session_id="busy")
     await brake.check("search", {"q": 1}, session_id="busy")
     await brake._maybe(brake.brake.block_key(fresh, halt, 60_000, "fresh"))  # no record yet
-    await brake._maybe(brake.brake.block_key(busy, halt, 0))  # no expiry
+    await brake._maybe(brake.brake.block_key(busy, halt, 3_600_000))
     for session in ("fresh", "busy"):
         with pytest.raises(LoopBrakeHalt) as blocked:
             await brake.check("anything", {}, session_id=session)
@@ -126,7 +121,7 @@ async def test_an_operator_blocks_and_unblocks_one_session(kind: str, brakes: Br
         assert (error.halt_rule, error.halted_by, error.who, error.reason, error.since) == (
             "block", "operator", "ops@example", "runaway spend", 1_800_000_000.5)
     assert client.hget(fresh, FIELD_STREAK) == b"\0" * 16 + b"\0" * 10 + (60_000).to_bytes(5, "big") + b"0!"
-    assert 0 < client.pttl(fresh) <= 60_000 and client.pttl(busy) == -1
+    assert 0 < client.pttl(fresh) <= 60_000 < client.pttl(busy) <= 3_600_000  # the block's ttl, not the record's
     states = {state.session_id: state for state in await brake.sessions()}
     assert states["fresh"].halted and states["fresh"].count == 0
     assert states["busy"].halted and states["busy"].count == 2 and states["busy"].halt == halt._replace(
@@ -139,7 +134,7 @@ async def test_an_operator_blocks_and_unblocks_one_session(kind: str, brakes: Br
 
 
 @pytest.mark.parametrize("kind", STORED_BRAKES)
-async def test_failure_observations_are_ignored_without_a_record_or_when_halted(kind: str, brakes: Brakes) -> None:
+async def test_observations_are_ignored_without_a_record_or_when_halted(kind: str, brakes: Brakes) -> None:
     brake = Checker(brakes(kind, **LADDER))
     client = raw(brakes, kind)
     verdict = await brake.check("flaky", {"n": 1}, session_id="s")
@@ -149,7 +144,11 @@ async def test_failure_observations_are_ignored_without_a_record_or_when_halted(
     verdict = await brake.check("flaky", {"n": 1}, session_id="s")
     await brake._maybe(brake.brake.block_key(brake.brake.key("s"), Halt("block", 1.0), 60_000))
     await brake._maybe(brake.brake.observe(verdict, RuntimeError("x")))
+    polled = await brake.check("poll", {}, session_id="p")  # a progress-aware tool's result, halted
+    await brake._maybe(brake.brake.block_key(brake.brake.key("p"), Halt("block", 1.0), 60_000))
+    await brake._maybe(brake.brake.observe(polled, {"status": "done"}))
     assert not any(field.startswith(b"f") for field in client.hgetall(brake.brake.key("s")))
+    assert b"r" not in client.hgetall(brake.brake.key("p"))
 
 
 @pytest.mark.parametrize("kind", ["sync-redis", "sync-memory"])
@@ -176,8 +175,8 @@ async def test_the_records_bytes_with_each_rule(kind: str, brakes: Brakes) -> No
     verdict = await brake.check("flaky", {"n": 1}, session_id="failing")
     await brake._maybe(brake.brake.observe(verdict, RuntimeError("x")))
     assert fields("failing")[b"fflaky"] == 6
-    await brake._maybe(brake.brake.observe(verdict, "ok"))  # a success: the field goes
-    assert b"fflaky" not in fields("failing")
+    await brake._maybe(brake.brake.observe(verdict, "ok"))  # a success: the field is emptied
+    assert fields("failing")[b"fflaky"] == 0
     for _ in range(5):
         await answer(brake, "search", {"q": 1}, "halted")
     assert fields("halted")[FIELD_STREAK] == 33 and 30 < fields("halted")[FIELD_HALT] < 60

@@ -76,9 +76,9 @@ async def test_mcp_sdk_client_over_stdio_third_identical_call_refused(redis_url:
 
 
 @contextmanager
-def http_chain(redis_url: str, proxies: int = 1, *options: str) -> Iterator[tuple[Any, list[Any]]]:
-    """An HTTP upstream process and `proxies` HTTP proxy processes in front of it."""
-    env = gateway_env(redis_url)
+def http_chain(redis_url: str, proxies: int = 1, *options: str, **extra: str) -> Iterator[tuple[Any, list[Any]]]:
+    """An HTTP upstream process and `proxies` HTTP proxy processes in front of it (`extra`: their environment)."""
+    env = gateway_env(redis_url, **extra)
     with served([*UPSTREAM, "--http"], env) as upstream:
         with contextlib_exit_stack() as stack:
             fronts = [stack.enter_context(served(
@@ -117,6 +117,24 @@ async def test_mcp_sdk_client_over_http(redis_url: str) -> None:
                 errors.append(result.is_error)
             assert errors == [False, False, True]
             assert REFUSAL.format(tool="search") in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_halted_session_is_refused_by_every_proxy_on_the_redis(redis_url: str) -> None:
+    """The ladder end to end: a client repeating one call through one proxy is halted at its fifth call
+    (`DISTBRAKE_HALT_AT=5`), and a second proxy process on the same Redis refuses that session's next call
+    of any tool with the halt; other sessions go on."""
+    with http_chain(redis_url, 2, DISTBRAKE_MAX_REPEATS="3", DISTBRAKE_HALT_AT="5") as (_, (one, two)):
+        async with Client(StreamableHttpTransport(one.url), timeout=TIMEOUT) as a, \
+                Client(StreamableHttpTransport(two.url), timeout=TIMEOUT) as b:
+            outcomes = [await call(a, "search", {"q": "loop"}, session_id="stuck") for _ in range(5)]
+            assert [error for error, _ in outcomes] == [False, False, True, True, True]
+            assert not any("is halted" in text for _, text in outcomes[:4])
+            halted = outcomes[4][1]
+            assert 'session "stuck" is halted' in halted and "called 5 times in a row" in halted
+            assert "loop" not in halted.replace("loop brake", "")
+            error, text = await call(b, "echo_meta", {}, session_id="stuck")
+            assert error and 'session "stuck" is halted' in text
+            assert await call(b, "search", {"q": "loop"}, session_id="free") == (False, "found loop (call 3)")
 
 
 # -- everything else passes through unchanged -----------------------------------------------

@@ -78,10 +78,23 @@ def test_the_script_keeps_integer_counts_on_lua_5_4() -> None:
         "raw = brake.client.hget(brake.key('s'), 'h')\n"
         "state = brake.inspect('s')\n"
         "print(raw[31:].decode(), state.count if state else None)\n"
+        # the ladder's numbers too: a halt's x, a once-only call's time, a cap's count, a block's ttl
+        "ladder = DistributedBrake.from_url('memory://lua54', key_prefix='l', halt_at=4,\n"
+        "                                   tools={'mail': {'once': True, 'max_calls': 5}})\n"
+        "for _ in range(4):\n"
+        "    try: ladder.check('search', {}, session_id='h')\n"
+        "    except LoopBrakeError: pass\n"
+        "ladder.check('mail', {}, session_id='m')\n"
+        "halt = ladder.inspect('h').halt\n"
+        "fields = ladder.client.hgetall(ladder.key('m'))\n"
+        "from distbrake.model import Halt\n"
+        "ladder.block_key(ladder.key('b'), Halt('block', 1.0), 70000)\n"
+        "print(halt.count, halt.limit, halt.since > 1e9, len(fields[b'o']), fields[b'nmail'].decode(),\n"
+        "      ladder.client.hget(ladder.key('b'), 'h')[26:31] == (70000).to_bytes(5, 'big'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "FAKEREDIS_LUA_VERSION": "5.4"}, timeout=60)
-    assert out.stdout.split() == ["2", "2"]
+    assert out.stdout.split() == ["2", "2", "4", "4", "True", "17", "1", "True"]
 
 
 def redis_py_packs(key: str, argv: tuple[bytes | int, ...]) -> bytes:

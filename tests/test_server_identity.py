@@ -13,6 +13,7 @@ replies, and on real servers: a single node, a cluster, Sentinel.
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from distbrake.cli.app import App
 from distbrake.cli.doctor import Doctor
 from distbrake.cli.server_identity import ServerIdentity, identify_server, info_fields
 from tests.servers import SentinelSetup
+from tests.servers.process import REDIS_SERVER
 from tests.test_cli import as_json, run
 
 REDIS_7_SINGLE = """\
@@ -135,11 +137,8 @@ CASES: list[tuple[str, str, str | None, ServerIdentity]] = [
      known("Valkey", "8.0.2", "cluster", redis_version="7.2.4")),
     ("unknown, redis_version only", UNKNOWN_COMPATIBLE, CLUSTER_OFF,
      known("Redis-compatible", "7.2.0", "single", "redis_version 7.2.0")),
-    ("dragonfly-like", DRAGONFLY_LIKE, None,
-     known("Redis-compatible", "df-v1.25.2", "single", "dragonfly_version df-v1.25.2, redis_version 7.4.0",
-           redis_version="7.4.0")),
-    ("keydb-like", KEYDB_LIKE, CLUSTER_ON,
-     known("Redis-compatible", "6.3.4", "cluster", "redis_version 6.3.4, executable keydb-server")),
+    ("dragonfly-like", DRAGONFLY_LIKE, None, known("Dragonfly", "1.25.2", "single", redis_version="7.4.0")),
+    ("keydb-like", KEYDB_LIKE, CLUSTER_ON, known("KeyDB", "6.3.4", "cluster")),
     ("sentinel process", SENTINEL_PROCESS, None, known("Redis", "7.0.15", "sentinel")),
 ]
 
@@ -214,18 +213,24 @@ def test_doctor_on_an_unknown_compatible_server_says_what_info_says() -> None:
 
 # -- real servers -------------------------------------------------------------------------------
 
+# The product of the redis-server on PATH (the machine's Redis, or Valkey or another Redis in a CI cell).
+LIVE_PRODUCT = "Valkey" if "valkey" in subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True,
+                                                        check=True).stdout.lower() else "Redis"
+
 
 def test_live_info_of_a_real_single_node_and_cluster(redis_url: str, cluster_url: str) -> None:
     with redis.Redis.from_url(redis_url) as client:
         single = identify_server(client.info("server"), client.info("cluster"))
-    assert (single.product, single.mode) == ("Redis", "single")
-    assert single.version == redis.Redis.from_url(redis_url).info("server")["redis_version"]
+    assert (single.product, single.mode) == (LIVE_PRODUCT, "single")
+    with redis.Redis.from_url(redis_url) as client:
+        reported = client.info("server")
+    assert single.version == reported.get("valkey_version", reported["redis_version"])
 
     report = as_json(run("--url", cluster_url, "doctor", "--json"))
     assert report["ok"] is True, report["checks"]
-    assert report["server_product"] == "Redis" and report["mode"] == "cluster"
+    assert report["server_product"] == LIVE_PRODUCT and report["mode"] == "cluster"
     server = next(c for c in report["checks"] if c["name"] == "server")
-    assert server["detail"] == f"Redis {report['server_version']}, mode cluster (3 master(s))"
+    assert server["detail"] == f"{LIVE_PRODUCT} {report['server_version']}, mode cluster (3 master(s))"
 
 
 def test_doctor_through_sentinel_and_at_a_sentinel_process() -> None:
@@ -235,7 +240,7 @@ def test_doctor_through_sentinel_and_at_a_sentinel_process() -> None:
         at_sentinel = run("--url", f"redis://{host}:{port}", "doctor", "--json")
     report = as_json(managed)
     assert managed.returncode == 0, json.dumps(report["checks"])
-    assert report["mode"] == "sentinel" and report["server_product"] == "Redis"
+    assert report["mode"] == "sentinel" and report["server_product"] == LIVE_PRODUCT
     server = next(c for c in report["checks"] if c["name"] == "server")
     assert server["detail"].endswith(
         "mode sentinel (the master of service 'mymaster', found through Sentinel)")

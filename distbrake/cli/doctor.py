@@ -18,6 +18,7 @@ from rich.text import Text
 
 from ..errors import ConfigurationError, LoopBrakeError
 from ..redis.acl import command_name, grant_hint, needed_commands
+from ..redis.script import Script
 from ..redis.sync import DistributedBrake
 from ..redis.wire import script_source
 from ..redis_errors import is_refusal, is_unknown_command
@@ -35,7 +36,7 @@ from .output import (
     print_renderable,
     scrub,
 )
-from .server_identity import ServerIdentity, identify_server
+from .server_identity import CAVEATS, ServerIdentity, identify_server, lua_disabled
 from .sessions import ttl_text
 
 
@@ -121,8 +122,10 @@ class Doctor:
         try:
             if self.connect(brake):
                 nodes = _nodes(brake.client, self.app.backend)
-                if self.server_info(settings.parsed_url.connector, nodes):
-                    self.script(nodes)
+                hosts = settings.parsed_url.hosts
+                if self.server_info(settings.parsed_url.connector, nodes, hosts[0][0] if hosts else "",
+                                    brake.script.variant):
+                    self.script(nodes, brake.script)
                     self.permissions(brake, nodes)
                     self.end_to_end(brake, nodes)
         finally:
@@ -154,7 +157,9 @@ class Doctor:
         self.add("latency", "ok", f"{self.latency_ms:.2f} ms round trip (median of 5 PINGs)")
         return True
 
-    def server_info(self, kind: str, nodes: list[tuple[str, Any]]) -> bool:
+    def server_info(self, kind: str, nodes: list[tuple[str, Any]], host: str = "", variant: str = "redis") -> bool:
+        """The server check (and mode, memory policy, server notes): `host` is the URL's first host name,
+        `variant` the brake's script variant (redis/script.py)."""
         if kind == "memory":
             from importlib.metadata import version
 
@@ -183,7 +188,7 @@ class Doctor:
                 cluster: Any = client.info("cluster")
             except redis.exceptions.ResponseError:  # a server without INFO cluster: the mode field says
                 cluster = None
-            identities.append(identify_server(server, cluster))
+            identities.append(identify_server(server, cluster, host))
             policies.add((str(memory.get("maxmemory_policy", "?")), int(memory.get("maxmemory", 0))))
         node_modes = {i.mode for i in identities}
         described = ", ".join(sorted({i.name for i in identities}))
@@ -207,6 +212,7 @@ class Doctor:
                         "Sentinel",
         }.get(mode, "1 node")
         self.add("server", "ok", f"{described}, mode {mode} ({where})")
+        self.server_notes({i.product for i in identities}, variant)
         if kind in ("redis", "unix") and cluster_nodes:
             self.add("mode", "fail", "the server is a Cluster node (INFO reports cluster mode) but "
                      "the URL is for a single node: keys in other slots would fail with MOVED",
@@ -225,24 +231,41 @@ class Doctor:
                      "on_backend_error decides) or keep used_memory well below maxmemory")
         return True
 
-    def script(self, nodes: list[tuple[str, Any]]) -> None:
-        source = script_source()
+    def server_notes(self, products: set[str], variant: str) -> None:
+        """What is worth knowing of a Redis-compatible server (server_identity.CAVEATS), and whether the brake
+        sends the script variant it needs."""
+        notes = [f"{product}: {CAVEATS[product]}" for product in sorted(products) if product in CAVEATS]
+        if "Upstash" in products and variant != "upstash":
+            self.add("server notes", "warn",
+                     "Upstash, but the URL's host is not <db>.upstash.io: the brake sends its standard script, "
+                     "which Upstash runs under a global lock (no other command runs meanwhile)",
+                     "connect through the database's <db>.upstash.io endpoint (then the brake sends the "
+                     "'#!lua flags=allow-key-locking' variant)")
+        elif notes:
+            self.add("server notes", "ok", "; ".join(notes))
+
+    def script(self, nodes: list[tuple[str, Any]], script: Script | None = None) -> None:
+        source = script_source() if script is None else script.text
         expected = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
         for name, client in nodes:
             try:
                 sha = _text(client.script_load(source))
             except Exception as error:
+                if lua_disabled(error):
+                    self.add("script", "fail", f"{name}: the server runs no Lua scripts ({self.line(str(error))})",
+                             "Garnet: start it with --lua (the brake is one Lua script)")
+                    return
                 self.fail_backend("script", error)
                 return
             if sha != expected:
                 self.add("script", "fail", f"{name}: SCRIPT LOAD returned {sha}, expected {expected}",
                          "the server altered the script: check for a proxy rewriting commands")
                 return
-        self.add("script", "ok", f"lua/brake.lua loads (sha {expected[:12]}) on {len(nodes)} node(s)")
+        variant = "" if script is None or script.variant == "redis" else f", the {script.variant} variant"
+        self.add("script", "ok", f"lua/brake.lua loads (sha {expected[:12]}{variant}) on {len(nodes)} node(s)")
 
     def permissions(self, brake: DistributedBrake, nodes: list[tuple[str, Any]]) -> None:
-        source = script_source()
-        sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+        source, sha = brake.script.text, brake.script.sha
         key = brake.key("distbrake-doctor-probe")
         commands = needed_commands(key, brake.key_pattern, sha, source)
         if brake.settings.parsed_url.db:  # redis-py selects the database on every new connection

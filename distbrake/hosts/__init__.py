@@ -42,7 +42,8 @@ class HookEvent(NamedTuple):
     session: str  # the host's session (Claude Code, Codex, Gemini session_id; Cursor conversation_id)
     run: str | None = None  # the host's turn or prompt id, for --scope run (None: the host sends none)
     call_id: str | None = None  # the host's tool-use id (None: the host sends none)
-    result: Any = None  # post: the tool's result (progress-aware tools)
+    result: Any = None  # post: the tool's result (progress-aware tools, max_failures)
+    failed: bool = False  # post: the host says the tool failed (Claude Code's PostToolUseFailure)
 
 
 class Decision(NamedTuple):

@@ -47,6 +47,7 @@ def parse_tool_event(
     result = payload.get("tool_response", payload.get("error")) if event in post else None
     return HookEvent(
         "pre" if event in pre else "post", event, tool, payload["tool_input"], session, run, call_id, result,
+        event.endswith("Failure"),
     )
 
 

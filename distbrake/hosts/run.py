@@ -167,10 +167,14 @@ def decide(brake: Any, event: HookEvent, session: str) -> Decision | None:
 
     if event.phase == "post":
         call = brake.prepare(event.tool, event.args, session, event.call_id)
-        if isinstance(call, PreparedCall) and call.rules.progress and event.call_id is not None:
+        observed = isinstance(call, PreparedCall) and (call.rules.progress or call.rules.max_failures is not None)
+        if observed and event.call_id is not None:
             token = Verdict(call.rules.max_repeats, call.rules.max_repeats, call.hash_prefix, session,
                             event.tool, observe_token=call)
-            brake.observe(token, event.result)
+            if event.failed:  # a failed tool (Claude Code's PostToolUseFailure): a failure for max_failures
+                brake.observe(token, event.result, failed=True)
+            else:
+                brake.observe(token, event.result)
         return None
     try:
         verdict = brake.check(event.tool, event.args, session_id=session, call_id=event.call_id)

@@ -39,6 +39,9 @@ On denial the tool does not run (`call_next` is skipped), and:
   fail-closed signal: the batch is cancelled and `Agent.run` raises it),
   whose `__cause__` is the `LoopBrakeError`.
 
+A halt (`LoopBrakeHalt`) raises that `MiddlewareFailure` whatever `on_deny`
+says.
+
 Warnings and progress-aware tools: when an allowed call's verdict carries a
 warning (the brake's `warn_at`; never in shadow mode), it is added to the
 tool's result: one more text `Content` after a `list[Content]` (the default

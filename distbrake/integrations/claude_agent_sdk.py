@@ -40,6 +40,9 @@ error result:
   policy denies the call with the `BrakeUnavailableError` text (raised, it
   would let the tool run).
 
+A halt (`LoopBrakeHalt`) answers `continue: false` (the halt text as
+`stopReason`) whatever `on_deny` says: the query's result is the halt.
+
 Warnings and progress-aware tools: the `PostToolUse` hook (or
 `PostToolUseFailure`, when the tool failed) of an allowed call whose verdict
 carries a warning (the brake's `warn_at`; none in shadow mode) answers the

@@ -39,6 +39,14 @@ after-tool-call hook replaces it with the brake's text. Then:
   `LoopBrakeAborted` before the next model call, so `kickoff()` raises it
   (catch it as `LoopBrakeError`).
 
+A halt (`halt_at`: the session is halted) ends the kickoff that way whatever
+`on_deny` says: the model reads the halt text as the call's result, then the
+next model call of that agent and task raises `LoopBrakeHaltAborted` (a
+`LoopBrakeHalt` and a `LoopBrakeAborted`) out of `kickoff()`. That hook is
+the seam that stops the crew: an exception from a tool hook other than
+`HookAborted` is swallowed, and a `HookAborted` from a tool hook only blocks
+that tool.
+
 A backend error the failure policy turns into an error (`"closed"`) also
 blocks the call (as `HookAborted` with the error's text), never fails open.
 
@@ -62,7 +70,9 @@ mode), the result the model reads is the tool's text, whole, then the warning
 as a separate paragraph. For a progress-aware tool (`tools={"poll":
 {"progress": True}}`) the tool's raw result (CrewAI's `raw_tool_result`; for a
 tool that raised, CrewAI's error text) is observed after it runs, so a poller
-whose result changes is never denied.
+whose result changes is never denied. For a tool with `max_failures` the
+hook cannot tell a failure: CrewAI hands it a raised error as text, so the
+failures of CrewAI tools are not counted (its other rules apply).
 """
 
 from __future__ import annotations
@@ -72,7 +82,7 @@ import uuid
 from contextvars import ContextVar
 from typing import Any
 
-from ..errors import DistbrakeError, LoopBrakeError
+from ..errors import DistbrakeError, LoopBrakeError, LoopBrakeHalt
 from ..wrap import Brake, is_async_brake
 from . import kernel
 from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
@@ -81,7 +91,7 @@ with requires(__name__, "CrewAI (crewai >= 1.15)", "crewai"):
     from crewai.hooks import HookAborted, InterceptionPoint
     from crewai.hooks.dispatch import register, register_scoped, unregister
 
-__all__ = ["BrakeHooks", "LoopBrakeAborted", "OnDeny", "install_hooks"]
+__all__ = ["BrakeHooks", "LoopBrakeAborted", "LoopBrakeHaltAborted", "OnDeny", "install_hooks"]
 
 # (crew id, run id) of the kickoff running in this context (set by the execution_start hook).
 _run: ContextVar[tuple[str, str] | None] = ContextVar("distbrake_crewai_run", default=None)
@@ -94,7 +104,20 @@ class LoopBrakeAborted(LoopBrakeError, HookAborted):
 
     @classmethod
     def of(cls, error: LoopBrakeError) -> LoopBrakeAborted:
-        return cls(error.tool_name, error.count, error.max_repeats, error.hash_prefix, error.session_id, error.kind)
+        """`error` as CrewAI's abort, its text and every attribute kept; a halt stays a `LoopBrakeHalt`
+        (`LoopBrakeHaltAborted`), whose `reason` stays the operator's."""
+        made: type[LoopBrakeAborted] = LoopBrakeHaltAborted if isinstance(error, LoopBrakeHalt) else LoopBrakeAborted
+        denial = made.__new__(made)
+        denial.__dict__.update(vars(error))
+        denial.args = error.args
+        denial.source = None
+        if not isinstance(error, LoopBrakeHalt):
+            denial.reason = str(error)
+        return denial
+
+
+class LoopBrakeHaltAborted(LoopBrakeHalt, LoopBrakeAborted):
+    """A halt as CrewAI's abort: a `LoopBrakeHalt` and a `LoopBrakeAborted` (`kickoff()` raises it)."""
 
 
 def _actor(context: Any) -> tuple[int, int]:

@@ -14,7 +14,11 @@ raises `fastmcp.exceptions.ToolError(str(error))` (chained from the
 gets `is_error=True` with the brake's text, unmasked even under
 `mask_error_details=True` (`fastmcp.Client.call_tool` raises it as a
 `ToolError` unless called with `raise_on_error=False`). A plain exception
-would reach the client as a JSON-RPC "Internal server error" instead.
+would reach the client as a JSON-RPC "Internal server error" instead. A
+server cannot end its client's run: a halted session (`LoopBrakeHalt`) gets
+that tool error, saying the session is halted, for this and every later call
+of any tool. A tool error (a raised exception, an `is_error` result) is a
+failed call for a tool with `max_failures`.
 
 Which session a call belongs to -- the stateless-MCP trap
 ---------------------------------------------------------

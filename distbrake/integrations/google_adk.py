@@ -37,6 +37,9 @@ On denial the tool does not run, and:
   (`BrakeUnavailableError` under the `closed` failure policy) ends the run
   the same way, before the tool runs.
 
+A halt (`LoopBrakeHalt`) is raised in the plugin whatever `on_deny` says:
+`runner.run_async` raises ADK's `RuntimeError`, `__cause__` the halt.
+
 Warnings and progress-aware tools (`after_tool_callback`, which ADK runs
 after the tool; `on_tool_error_callback` when it raised): an allowed call
 whose verdict carries a warning (the brake's `warn_at`; none in shadow

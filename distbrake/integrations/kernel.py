@@ -8,9 +8,12 @@ Everything else is here:
 * `requires(...)`: the optional-import guard that names the extra to install;
 * `AdapterOptions`: `on_deny`, `scope` and `session_id`, checked when the
   adapter is built, the session rule, the check itself (`screen`), and
-  `ends_run`, the one place that says whether a refusal ends the run;
+  `ends_run`, the one place that says whether a refusal ends the run (a
+  halt, `LoopBrakeHalt`, always does, whatever `on_deny` says);
 * `run_allowed` / `settle`: an allowed call's result (or raised exception)
-  observed for a progress-aware tool, and the warning the model should read;
+  observed for a progress-aware tool or a tool with `max_failures` (an
+  exception, or a result the framework marks as a tool error, is a failed
+  call), and the warning the model should read;
 * `Handoff` / `Pending`: an allowed verdict carried from the hook that
   checked a call to the hook that sees its result.
 
@@ -36,7 +39,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Generic, Literal, TypeVar
 
-from ..errors import ConfigurationError, LoopBrakeError
+from ..errors import ConfigurationError, LoopBrakeError, LoopBrakeHalt
 from ..session import bound_session
 from ..wrap import Brake, acheck, aobserve
 
@@ -188,12 +191,12 @@ class AdapterOptions:
     def ends_run(self, error: BaseException) -> bool:
         """Whether a refusal ends the run (the framework's way) rather than being shown to the model.
 
-        The one place that decides it for every adapter: today `on_deny="raise"`. The halt (a refusal
-        that ends the loop whatever `on_deny` says) goes here, as a test of `error`; each adapter then
-        already ends the run its framework's way. The MCP adapters, whose server cannot end the
-        client's run, always answer a refusal as a tool error and do not ask.
+        The one place that decides it for every adapter: a halt (`LoopBrakeHalt`: the session is
+        halted, every later call of it is refused) always does, whatever `on_deny` says; any other
+        refusal with `on_deny="raise"`. The MCP adapters, whose server cannot end the client's run,
+        always answer a refusal as a tool error and do not ask.
         """
-        return bool(self.on_deny == "raise")
+        return isinstance(error, LoopBrakeHalt) or self.on_deny == "raise"
 
     async def screen(
         self, tool: str, args: Any, *, session_id: object, call_id: object = None
@@ -228,7 +231,8 @@ def warning_of(verdict: Any) -> str | None:
 
 
 def needs_observation(verdict: Any) -> bool:
-    """True for a progress-aware tool's verdict: its result must be handed to `brake.observe`."""
+    """True for a progress-aware tool's verdict, or one with `max_failures`: its result must be handed to
+    `brake.observe`."""
     return getattr(verdict, "observe_token", None) is not None
 
 
@@ -241,15 +245,23 @@ def _same(result: Any) -> object:
     return result
 
 
+def failure(failed: bool) -> bool | None:
+    """What an observation passes as `failed`: True for a result the framework marks as a tool error, else
+    None (the brake's default: a raised exception failed, any other result succeeded)."""
+    return True if failed else None
+
+
 async def run_allowed(
     brake: Brake,
     verdict: Any,
     run: Callable[[], Awaitable[R]],
     observed: Callable[[R], object] = _same,
     catch: type[BaseException] = BaseException,
+    failed: Callable[[R], bool] | None = None,
 ) -> R:
-    """`await run()` for an allowed call; a progress-aware tool's result (`observed(result)`) or raised
-    exception (of type `catch`) is observed."""
+    """`await run()` for an allowed call; for a progress-aware tool or one with `max_failures`, its result
+    (`observed(result)`; a failed call when `failed(result)`, the framework's tool error) or raised
+    exception (of type `catch`, a failed call) is observed."""
     observe = needs_observation(verdict)
     try:
         result = await run()
@@ -258,7 +270,7 @@ async def run_allowed(
             await aobserve(brake, verdict, raised)
         raise
     if observe:
-        await aobserve(brake, verdict, observed(result))
+        await aobserve(brake, verdict, observed(result), failure(failed is not None and failed(result)))
     return result
 
 
@@ -268,32 +280,37 @@ def run_allowed_sync(
     run: Callable[[], R],
     observed: Callable[[R], object] = _same,
     catch: type[BaseException] = BaseException,
+    failed: Callable[[R], bool] | None = None,
 ) -> R:
     """`run_allowed` for a sync brake, from sync code."""
-    observe = brake.observe if needs_observation(verdict) else None  # type: ignore[attr-defined]
+    observe = needs_observation(verdict)
     try:
         result = run()
     except catch as raised:
-        if observe is not None:
-            observe(verdict, raised)
+        if observe:
+            settle_sync(brake, verdict, raised)
         raise
-    if observe is not None:
-        observe(verdict, observed(result))
+    if observe:
+        settle_sync(brake, verdict, observed(result), failed is not None and failed(result))
     return result
 
 
-async def settle(brake: Brake, verdict: Any, observed: object) -> str | None:
-    """After an allowed call ran (seen by a later hook): observe `observed` for a progress-aware tool;
+async def settle(brake: Brake, verdict: Any, observed: object, failed: bool = False) -> str | None:
+    """After an allowed call ran (seen by a later hook): observe `observed` (an exception, or `failed`:
+    the framework's tool error, is a failed call) for a progress-aware tool or one with `max_failures`;
     the warning for the model, if any."""
     if needs_observation(verdict):
-        await aobserve(brake, verdict, observed)
+        await aobserve(brake, verdict, observed, failure(failed))
     return warning_of(verdict)
 
 
-def settle_sync(brake: Brake, verdict: Any, observed: object) -> str | None:
+def settle_sync(brake: Brake, verdict: Any, observed: object, failed: bool = False) -> str | None:
     """`settle` for a sync brake, from sync code."""
     if needs_observation(verdict):
-        brake.observe(verdict, observed)  # type: ignore[attr-defined]
+        if failed:
+            brake.observe(verdict, observed, failed=True)  # type: ignore[attr-defined]
+        else:
+            brake.observe(verdict, observed)  # type: ignore[attr-defined]
     return warning_of(verdict)
 
 

@@ -44,6 +44,9 @@ On denial the tool does not run, and:
   `create_agent`, or a `ToolNode` with the default `handle_tool_errors`; a
   `ToolNode(handle_tool_errors=True)` turns it into an error message instead).
 
+A halt (`LoopBrakeHalt`: the session is halted, by `halt_at` or an operator)
+is raised whatever `on_deny` says, so it reaches `invoke`/`ainvoke`'s caller.
+
 Warnings and progress-aware tools: when an allowed call's verdict carries a
 warning (the brake's `warn_at`), the `ToolMessage` the tool produced reaches
 the model with the warning added: appended as a separate paragraph to a str
@@ -53,7 +56,10 @@ status, artifact, name and ids are kept (a `Command` result gets it on the
 (`enforce=False`). For a progress-aware tool (`tools={"poll": {"progress":
 True}}`) the result the tool produced (the `ToolMessage`'s content and
 status, never its ids) or the exception it raised is observed after it runs,
-so a poller whose result changes is never denied.
+so a poller whose result changes is never denied. For a tool with
+`max_failures` the same observation counts failures: an exception, or an
+error `ToolMessage` (`status="error"`, also inside a `Command`), is a failed
+call.
 
 Sync (`invoke`, `stream`) and async (`ainvoke`, `astream`) runs are both
 supported. An `AsyncDistributedBrake` works in async runs only: a sync run
@@ -155,6 +161,17 @@ def _observed(result: object) -> object:
     return result
 
 
+def _tool_error(result: object) -> bool:
+    """Whether a tool's result is LangChain's tool error (a `ToolMessage` with `status="error"`, also
+    inside a `Command`): a failed call for a tool with `max_failures`."""
+    if isinstance(result, ToolMessage):
+        return result.status == "error"
+    if isinstance(result, Command) and isinstance(result.update, dict):
+        messages = result.update.get("messages")
+        return isinstance(messages, list) and any(_tool_error(m) for m in messages if isinstance(m, ToolMessage))
+    return False
+
+
 def _warned_message(message: ToolMessage, warning: str) -> ToolMessage:
     """`message` with `warning` added to its content; everything else kept."""
     content = message.content
@@ -243,7 +260,9 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
             return self._deny(request, error)
         token = _running.set(mark)
         try:
-            result = kernel.run_allowed_sync(self.brake, verdict, lambda: handler(request), _observed)
+            result = kernel.run_allowed_sync(
+                self.brake, verdict, lambda: handler(request), _observed, failed=_tool_error
+            )
         finally:
             _running.reset(token)
         return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))
@@ -262,7 +281,9 @@ class LoopBrakeMiddleware(AdapterOptions, AgentMiddleware[AgentState[Any], Any, 
             return self._deny(request, error)
         token = _running.set(mark)
         try:
-            result = await kernel.run_allowed(self.brake, verdict, lambda: handler(request), _observed)
+            result = await kernel.run_allowed(
+                self.brake, verdict, lambda: handler(request), _observed, failed=_tool_error
+            )
         finally:
             _running.reset(token)
         return _with_warning(result, kernel.warning_of(verdict), request.tool_call.get("id"))

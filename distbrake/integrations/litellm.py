@@ -33,6 +33,10 @@ header is scoped by the caller when there is one
 streaks. LiteLLM's own tools/list scans (its catalog guard runs `pre_mcp_call`
 guardrails over every listed tool) are not calls and are not counted. Arguments and results never leave the process.
 
+A halted session (`LoopBrakeHalt`; LiteLLM has no run of its own to end) is
+refused with the halt text for every later call, any tool, MCP or in a
+completion.
+
 A brake failure follows the brake's failure policy (`DISTBRAKE_ON_BACKEND_ERROR`);
 a call the guardrail cannot read (no tool name) is let through.
 """

@@ -43,6 +43,11 @@ On denial the function does not run, and:
   the run's event stream, cancels the run (`handler.cancel_run()`) at the
   first refused call and raises its `LoopBrakeError`.
 
+A halt (`LoopBrakeHalt`) is raised from the call whatever `on_deny` says:
+`raise_on_denial` then cancels the run and raises it (without it, LlamaIndex
+hands the model the halt text, and every later call of the session is
+refused the same way).
+
 A brake error (`BrakeUnavailableError` under the `closed` failure policy)
 is raised from the call before the function runs; inside an agent the model
 reads its text as an error result.
@@ -52,7 +57,8 @@ warning (the brake's `warn_at`; none in shadow mode) returns the tool's
 output with the warning as one more `TextBlock` after its blocks (the model
 reads both; `raw_output` untouched). For a progress-aware tool
 (`tools={"poll": {"progress": True}}`) the function's result (`raw_output`)
-or the exception it raised is observed.
+or the exception it raised is observed; for a tool with `max_failures` an
+exception or an `is_error` output is a failed call.
 
 Brakes: in `acall` any brake (`AsyncDistributedBrake` awaited,
 `DistributedBrake` in a worker thread); in `call` a sync brake
@@ -122,6 +128,10 @@ def _raw_output(output: ToolOutput) -> object:
     return output.raw_output
 
 
+def _is_error(output: ToolOutput) -> bool:
+    return bool(output.is_error)
+
+
 def _step_context() -> Context | None:
     """The workflow `Context` of the step running this call, or None outside a workflow."""
     try:
@@ -164,7 +174,7 @@ class BrakedFunctionTool(FunctionTool):
             return guard.refused(self, error)
         output = kernel.run_allowed_sync(
             guard.brake, verdict, lambda: super(BrakedFunctionTool, self).call(*args, **kwargs), _raw_output,
-            Exception,
+            Exception, _is_error,
         )
         return with_warning(output, kernel.warning_of(verdict))
 
@@ -177,7 +187,7 @@ class BrakedFunctionTool(FunctionTool):
             return guard.refused(self, error)
         output = await kernel.run_allowed(
             guard.brake, verdict, lambda: super(BrakedFunctionTool, self).acall(*args, **kwargs), _raw_output,
-            Exception,
+            Exception, _is_error,
         )
         return with_warning(output, kernel.warning_of(verdict))
 
@@ -208,7 +218,8 @@ def guard_tools(
 
 
 async def raise_on_denial(handler: WorkflowHandler) -> Any:
-    """The run's result; at the first call a brake refused with `on_deny="raise"`, cancel the run and raise.
+    """The run's result; at the first call a brake refused with `on_deny="raise"` (or a halt), cancel the run and
+    raise.
 
     `handler` is what `agent.run(...)` returns. Its events are consumed here
     (use your own loop over `handler.stream_events()` to show them as well).

@@ -22,6 +22,9 @@ A denied call never reaches the handler: the client receives
 `CallToolResult(content=[TextContent(text=str(error))], is_error=True)`, an
 ordinary tool error its model can read ("loop brake: tool "search" called 3
 times in a row with identical arguments (call 1a2b3c4d5e6f…, limit 3); ...").
+A server cannot end its client's run: a halted session (`LoopBrakeHalt`)
+gets that error result, saying the session is halted, for this and every
+later call of any tool.
 
 Which session a call belongs to -- the stateless-MCP trap
 ---------------------------------------------------------
@@ -69,7 +72,8 @@ the client's model reads when denial begins. Nothing is added in shadow mode
 (`enforce=False`). For a progress-aware tool (`tools={"poll": {"progress":
 True}}`) the result is observed after the handler returns (content,
 structured content and the error flag, never `_meta`), or the exception it
-raised, so a poller whose result changes is never denied.
+raised, so a poller whose result changes is never denied. For a tool with
+`max_failures` an exception or an `isError` result is a failed call.
 """
 
 from __future__ import annotations
@@ -207,6 +211,16 @@ def observed(result: object) -> object:
     return result
 
 
+def is_error(result: object) -> bool:
+    """Whether a tool result is a tool error (`isError`: a `CallToolResult`, FastMCP's result, their wire
+    dicts): a failed call for a tool with `max_failures`."""
+    if isinstance(result, Mapping):
+        return result.get("isError") is True or result.get("is_error") is True
+    if hasattr(result, "is_error"):  # first: FastMCP warns on reading the old name, `isError`
+        return getattr(result, "is_error", None) is True
+    return getattr(result, "isError", None) is True
+
+
 def with_warning(result: ResultT, warning: str | None) -> ResultT:
     """`result` with `warning` appended as a text content block (a `CallToolResult` or its
     wire dict; anything else unchanged)."""
@@ -289,14 +303,15 @@ class ToolCallGate(AdapterOptions):
         warn: Callable[[Any, str], Any],
     ) -> Any:
         """Check the `tools/call` of `params`; `refuse(error)` when refused, else run `call()` (its result or
-        exception observed for a progress-aware tool) and `warn(result, warning)` when the verdict warns."""
+        exception observed for a progress-aware tool or one with `max_failures`: an exception or an `isError`
+        result failed) and `warn(result, warning)` when the verdict warns."""
         verdict, error = await self.screen(
             params.name, params.arguments or {}, session_id=session,
             call_id=meta_value(meta, self.call_id_key),
         )
         if error is not None:
             return refuse(error)
-        result = await run_allowed(self.brake, verdict, call, observed)
+        result = await run_allowed(self.brake, verdict, call, observed, failed=is_error)
         warning = warning_of(verdict)
         return result if warning is None else warn(result, warning)
 

@@ -14,8 +14,10 @@ denied call never runs; with `on_deny="reject"` (the default) the model gets
 the brake's text as the call's `function_call_output` and the run goes on, so
 the model can change course; with `on_deny="raise"` the run stops with
 `agents.exceptions.ToolInputGuardrailTripwireTriggered` (its
-`.output.output_info` holds the denial: code, tool, count, limit, hash prefix,
-session, message).
+`.output.output_info` holds the denial: code, kind, tool, count, limit, hash
+prefix, session, message). A halt (`LoopBrakeHalt`, the session is halted)
+raises that tripwire whatever `on_deny` says (`output_info["kind"] ==
+"halt"`).
 
 What is counted: the tool name and its arguments (the model's JSON string,
 parsed, so `{"q":"a"}` and `{ "q": "a" }` are the same call; a string that is
@@ -60,7 +62,9 @@ task, created after the guardrail ran), which, after the tool body returns:
   the output (with the SDK's default `failure_error_function`, a body that
   raises gives the error text as its output; with `failure_error_function=
   None` the exception itself is observed, then re-raised), so a poller whose
-  result changes is never denied;
+  result changes is never denied. For a tool with `max_failures` only that
+  raised exception is a failed call: the SDK hands the wrapper the default
+  `failure_error_function`'s text as an ordinary output;
 * when the verdict carries a warning (the brake's `warn_at`; never in shadow
   mode), appends it to the output the model reads: after a str output as a
   separate paragraph, after structured output (`ToolOutputText`, images,
@@ -200,9 +204,11 @@ def run_id(data: ToolInputGuardrailData) -> str | None:
 
 
 def denial_info(error: LoopBrakeError) -> dict[str, Any]:
-    """The denial as JSON-safe data (the guardrail's `output_info`); never the arguments."""
+    """The denial as JSON-safe data (the guardrail's `output_info`); never the arguments. `kind` is the
+    rule that refused (`"halt"`: the session is halted, the run was stopped whatever `on_deny` says)."""
     return {
         "code": error.code,
+        "kind": error.kind,
         "tool_name": error.tool_name,
         "count": error.count,
         "max_repeats": error.max_repeats,

@@ -42,6 +42,9 @@ On denial the tool does not run, and:
   the run on a second denial.)
 * `on_deny="raise"`: `LoopBrakeError` propagates out of `run`/`run_sync`.
 
+A halt (`LoopBrakeHalt`) propagates out of `run`/`run_sync` whatever
+`on_deny` says.
+
 Warnings and progress-aware tools (`wrap_tool_execute`, around the tool's
 whole execution lifecycle): when an allowed call's verdict carries a warning
 (the brake's `warn_at`), the tool's result is returned as a

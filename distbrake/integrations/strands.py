@@ -33,6 +33,10 @@ On denial the tool does not run, and:
   `strands.types.exceptions.EventLoopException`, whose `__cause__` is the
   `LoopBrakeError`.
 
+A halt (`LoopBrakeHalt`) is raised whatever `on_deny` says: the invocation
+ends with that `EventLoopException`. A tool error (an exception, a result with
+`status: "error"`) is a failed call for a tool with `max_failures`.
+
 Warnings and progress-aware tools (`AfterToolCallEvent`): when an allowed
 call's verdict carries a warning (the brake's `warn_at`; never in shadow
 mode), the tool result gets one more `{"text": warning}` block after its own
@@ -140,6 +144,6 @@ class LoopBrakeHook(AdapterOptions, HookProvider):
         observed = event.exception if event.exception is not None else {
             "status": result.get("status"), "content": result.get("content"),
         }
-        warning = await settle(self.brake, verdict, observed)
+        warning = await settle(self.brake, verdict, observed, result.get("status") == "error")
         if warning is not None:
             event.result = {**result, "content": [*result.get("content", []), {"text": warning}]}

@@ -32,6 +32,7 @@ from redis.backoff import NoBackoff
 
 from ..errors import InvalidURLError
 from ..urls import ParsedURL, parse_number, parse_url
+from .script import variant_for_hosts
 
 __all__ = [
     "CONNECTORS", "Connector", "LazyClient", "async_client", "connector", "memory_server", "script_variant",
@@ -391,7 +392,7 @@ def _sentinel_async(parsed: ParsedURL, timeout: float) -> Any:
 
 
 def _standard(parsed: ParsedURL) -> str:
-    return "redis"
+    return variant_for_hosts(parsed.hosts)  # "redis", or a service's known by its host name (Upstash)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ The record (one Redis hash per session) has these fields:
     c  cycles only: two period bytes | one count byte n | the ring (n entries) | the tools
     x  halted sessions only: why (HALT_PARTS joined by NUL bytes); h then ends with HALTED
     o  once-only tools only: ONCE_ENTRY bytes per once-only call that ran (hash | call id | Unix seconds)
-    f<tool>  max_failures only: the call id of the tool's last observed failure | its failures in a row
+    f<tool>  max_failures only: the call id of the tool's last observed failure | its failures in a row (empty
+             after a success)
     n<tool>  max_calls only: the tool's calls in the session, in decimal
 
 The record's layout is unchanged by the mode argument (which changed ARGV,
@@ -36,7 +37,10 @@ session id holds a UUID. Older writers ignore `c` (the calls they count never
 enter the cycle ring) and `r` (a tool is progress-aware only on newer workers),
 and take a repeated call id for a replay however late it comes, so a host that
 reuses `call_0` every turn is braked only by newer workers. Counts and denials
-are otherwise the same.
+are otherwise the same. The ladder needs every worker on its version: an older
+writer reads no count in a halted `h` ("5!"), starts the streak afresh and so
+lifts the halt, and ignores `o`, `f<tool>` and `n<tool>`; an older reader lists
+no halted session (its `h` is not a record to it).
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ RESULT = 8  # MODE_OBSERVE: the tool result's digest (RESULT_BYTES)
 LONGEST = 8  # MODE_CYCLES: the longest cycle period looked for, 2..4
 REPEATS = 9  # MODE_CYCLES: how many repetitions of a cycle deny, 2..10
 LADDER = 10  # MODE_LADDER: b"halt_at cycle_halt_repeats once max_failures max_calls enforce", decimal, 0: off
-HALT_INFO = 1  # MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (0: none)
+HALT_INFO = 1  # MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (>= 1 ms)
 
 # ARGV[CALL]: the call hash, the ttl, then each call's id.
 CALL_HASH_END = 16  # 16 bytes of the call hash
@@ -135,7 +139,8 @@ REPLY_REPLAYED = 1
 CYCLE_REPLY = ("code", "period", "hashes", "tools")  # hashes: RING_ENTRY bytes each, as hex
 # A check of a halted session: an array (REPLY_HALTED, the field x); nothing was counted.
 REPLY_HALTED = 0
-# A check in MODE_LADDER: an array, these items, then a cycle's period, hashes and tools when it completes one.
+# A check in MODE_LADDER: an array, these items, then a cycle's period, hashes and tools when it completes one;
+# when once_since, failures, calls and halts are all 0, the reply of MODE_CHECK (MODE_CYCLES with cycles) instead.
 LADDER_REPLY = ("code", "once_since", "failures", "calls", "halts")
 # An observation.
 OBSERVE_IGNORED = 0  # the streak has moved on

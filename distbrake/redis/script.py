@@ -22,7 +22,10 @@ from typing import Any, TypeVar
 
 import redis.exceptions
 
-__all__ = ["SCRIPT_FILE", "VARIANTS", "Script", "brake_script", "bulk", "script_for", "script_source"]
+__all__ = [
+    "HOST_VARIANTS", "SCRIPT_FILE", "VARIANTS", "Script", "brake_script", "bulk", "script_for", "script_source",
+    "variant_for_hosts",
+]
 
 SCRIPT_FILE = "brake.lua"
 
@@ -30,7 +33,13 @@ T = TypeVar("T")
 Q = TypeVar("Q")
 
 #: The text put before `lua/brake.lua` for each variant of the script a server may need ("" for Redis itself).
-VARIANTS: dict[str, str] = {"redis": ""}
+#: Upstash runs a script under a global lock (no other command runs meanwhile) unless its shebang line sets
+#: `allow-key-locking`: then it locks only the keys in KEYS, and the brake's script touches only KEYS[1].
+#: Redis (7.0 and later) and Valkey refuse that flag ("Unexpected flag in script shebang"): only Upstash gets it.
+VARIANTS: dict[str, str] = {"redis": "", "upstash": "#!lua flags=allow-key-locking\n"}
+
+#: Services known by their endpoint's host name (the documented form: `<name>.upstash.io`), and their variant.
+HOST_VARIANTS: tuple[tuple[str, str], ...] = ((".upstash.io", "upstash"),)
 
 
 def bulk(value: bytes) -> bytes:
@@ -108,6 +117,16 @@ def script_source() -> str:
 def brake_script(variant: str = "redis") -> Script:
     """The script of `variant` (see VARIANTS), shared, telling nobody of its loads."""
     return Script(VARIANTS[variant] + script_source(), variant)
+
+
+def variant_for_hosts(hosts: Sequence[tuple[str, int]]) -> str:
+    """The variant of the script for a server at `hosts` (a URL's (host, port) pairs): "redis" unless every host
+    is a service of HOST_VARIANTS."""
+    names = [host.lower().rstrip(".") for host, _ in hosts]
+    for suffix, variant in HOST_VARIANTS:
+        if names and all(name.endswith(suffix) for name in names):
+            return variant
+    return "redis"
 
 
 def script_for(variant: str, on_load: Callable[[], None]) -> Script:

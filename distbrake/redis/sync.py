@@ -120,7 +120,7 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
 
     def block_key(self, key: str, halt: Halt, ttl_ms: int, session_id: str | None = None) -> None:
         """Halt the session whose record is `key` (an operator's block: every check refused with `halt`'s
-        why) for `ttl_ms` (0: until lifted); `session_id` is kept for `inspect` when it has no record yet.
+        why) for `ttl_ms` (>= 1); `session_id` is kept for `inspect` when it has no record yet.
         Errors are raised (no failure policy)."""
         self._send(*self.block_request(key, halt, ttl_ms, session_id))
 

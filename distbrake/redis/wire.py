@@ -259,10 +259,12 @@ def decode_halt(value: object) -> Halt:
 
 
 def block_argv(halt: Halt, ttl_ms: int, session_id: str | None = None) -> tuple[bytes | int, ...]:
-    """ARGV of an operator's block of one session (MODE_BLOCK): its halt (field x), the ttl (0: no expiry),
-    and, for a session without a record, the session id to keep in s (`inspect`, `list`)."""
+    """ARGV of an operator's block of one session (MODE_BLOCK): its halt (field x), the ttl (>= 1 ms: a halt
+    always ends), and, for a session without a record, the session id to keep in s (`inspect`, `list`)."""
+    if ttl_ms < 1:
+        raise ValueError(f"a block's ttl must be at least 1 ms, not {ttl_ms}")
     shown = b"" if session_id is None else about("", session_id)
-    return encode_halt(halt), MODE_BLOCK, 0, max(0, ttl_ms), shown
+    return encode_halt(halt), MODE_BLOCK, 0, ttl_ms, shown
 
 
 def unblock_argv() -> tuple[bytes | int, ...]:
