@@ -92,7 +92,7 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
                 fresh = now - (record.expires_at - self._ttl) <= self._window
                 records.move_to_end(session)
             counted = check(
-                record, call.digest, call.call_id, call.tool_name, fresh, call.rules, self._cycles, time.time()
+                record, call.digest, call.call_id, call.tool_name, fresh, call.rules, self._cycles, time.time
             )
             if counted.halt is None:  # a halted session's checks do not extend its record's TTL
                 record.expires_at = now + self._ttl

@@ -64,7 +64,7 @@ again; replays do not (counted once) and get the answer their call got.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -159,6 +159,9 @@ class Halt(NamedTuple):
     reason: str = ""
 
 
+_new_counted = tuple.__new__  # a Counted of the common case, built without NamedTuple's keyword handling
+
+
 class Counted(NamedTuple):
     """One check's step in a record: its count, whether a replay, the cycle it completes, the ladder's facts;
     or, when the session is halted, the halt (nothing was counted)."""
@@ -203,7 +206,8 @@ def judge(
     as a repeat even when it also completes a cycle.
     """
     rule: Rule | None = None
-    if rules.ladder or cycle_halts:
+    # the ladder's rules refuse only with facts (once, failures, caps), a halt_at or a halting cycle
+    if facts is not NO_FACTS or cycle_halts or rules.halt_at is not None:
         rule = _ladder_rule(count, rules, cycle, facts, cycle_halts)
     elif count >= rules.max_repeats or cycle:
         rule = "repeat" if count >= rules.max_repeats else "cycle"
@@ -337,31 +341,31 @@ def _ring_step(
 
 def check(
     streak: Streak, digest: str, call_id: str | None, tool_name: str, fresh: bool, rules: Rules,
-    cycles: CycleRule | None = None, now: float = 0.0,
+    cycles: CycleRule | None = None, now: Callable[[], float] = lambda: 0.0,
 ) -> Counted:
     """One check in `streak` (changed in place): the streak step, then the ladder's facts and its effects
     (the once-only call that ran, the halt), all judged by `judge` as the verdict will be.
 
-    A halted session counts nothing: its `Counted` has the halt. `now`: Unix time (a halt's or a once-only
-    call's time).
+    A halted session counts nothing: its `Counted` has the halt. `now()`: Unix time (a halt's or a once-only
+    call's time), asked only when one is written.
     """
     if streak.halt is not None:
         return Counted(0, halt=streak.halt)
     count, replayed, cycle = step(streak, digest, call_id, tool_name, fresh, cycles)
     cycle_halts = cycle is not None and cycle.halts
-    if not rules.ladder and not cycle_halts:
-        return Counted(count, replayed, cycle)
+    if not cycle_halts and not rules.ladder:
+        return _new_counted(Counted, (count, replayed, cycle, NO_FACTS, None))
     facts = _facts(streak, digest, call_id, tool_name, count, replayed, rules)
     judgement = judge(count, rules, cycle is not None, facts, cycle_halts)
     if not replayed and judgement.outcome == "denied" and judgement.rule == "halt":
         by_count = rules.halt_at is not None and count >= rules.halt_at
         if by_count or cycles is None:
-            streak.halt = Halt("repeat", now, tool_name, count, rules.halt_at or 0, digest[:12])
+            streak.halt = Halt("repeat", now(), tool_name, count, rules.halt_at or 0, digest[:12])
         else:
-            streak.halt = Halt("cycle", now, tool_name, count, cycles.halt_repeats or 0, digest[:12])
+            streak.halt = Halt("cycle", now(), tool_name, count, cycles.halt_repeats or 0, digest[:12])
     elif rules.once and not replayed and judgement.outcome != "denied" and not facts.once_since:
         once = streak.once if streak.once is not None else []
-        once.append((digest[:ONCE_PREFIX], call_id, int(now)))
+        once.append((digest[:ONCE_PREFIX], call_id, int(now())))
         del once[:-ONCE_ENTRIES]
         streak.once = once
     return Counted(count, replayed, cycle, facts)

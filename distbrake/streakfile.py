@@ -201,7 +201,7 @@ class StreakFile:
                 ).fetchone()
                 streak = Streak() if row is None else _streak(row)
                 fresh = row is not None and now - row[8] <= self.timeout
-                one = check(streak, digest, call_id, tool, fresh, rules, cycles, now)
+                one = check(streak, digest, call_id, tool, fresh, rules, cycles, lambda: now)
                 counted.append(one)
                 if one.halt is not None:
                     continue  # a halted session: nothing counted, nothing written, its expiry unchanged
