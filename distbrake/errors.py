@@ -205,10 +205,11 @@ class LoopBrakeHalt(LoopBrakeError):
             by = f" by {_shown(self.who, escape=True)}" if self.who else ""
             what = "every session was stopped" if self.halt_rule == "kill" else "an operator blocked it"
             why = f"{what}{by}{': ' + _shown(self.reason, 200, escape=True) if self.reason else ''}"
+        lift = "distbrake unblock --all" if self.halt_rule == "kill" else "distbrake unblock"
         return (
             f'loop brake: session "{session}" is halted ({why}, since {_utc(self.since)}); the run was stopped. '
             "No further tool call of this session will run until the halt expires or an operator lifts it "
-            "(distbrake unblock). Stop now and report to the user."
+            f"({lift}). Stop now and report to the user."
         )
 
     def _args(self) -> tuple[Any, ...]:
