@@ -27,6 +27,9 @@ from tests.servers import RedisServer
 RTT = 0.005
 PACKAGE = str(Path(distbrake.__file__).parent)
 TIMEOUT = 0.5
+# For the tests about order and counts, not time: thousands of checks at once on a machine whose cores another
+# process hogs must not reach the failure policy (5 s did, on a cluster).
+ORDER_TIMEOUT = 60.0
 
 
 async def counts_of(brake: AsyncDistributedBrake, calls: list[dict[str, int]], session: str = "default") -> list[int]:
@@ -94,8 +97,12 @@ async def test_a_burst_keeps_the_order_of_a_sessions_calls(redis_url: str) -> No
 async def test_time_queued_behind_the_brakes_own_batches_is_not_a_redis_failure(proxy: FaultProxy) -> None:
     """200 different calls of one session go one round trip each: those that run out of time while queued are
     decided by the policy, and Redis is never marked down."""
-    proxy.latency(RTT)
-    brake = AsyncDistributedBrake.from_url(proxy.url, timeout_seconds=0.2, on_backend_error="local")
+    # 200 round trips of 20 ms in a row take 4 s: past the 1 s timeout most calls are still queued, while the
+    # first ones are answered with room to spare even when another process hogs the cores (at 0.2 s and 5 ms
+    # round trips, a loaded machine's first answer came too late and no call was decided by Redis).
+    rtt = 0.02
+    proxy.latency(rtt)
+    brake = AsyncDistributedBrake.from_url(proxy.url, timeout_seconds=1.0, on_backend_error="local")
     try:
         await brake.check("warm", {}, session_id="w")
         verdicts = await asyncio.gather(*(brake.check("search", {"i": i}, session_id="s") for i in range(200)))
@@ -103,10 +110,11 @@ async def test_time_queued_behind_the_brakes_own_batches_is_not_a_redis_failure(
         after = await brake.check("search", {"i": "after"}, session_id="other")
     finally:
         await brake.aclose()
-    print(f"\n200 different calls of one session at once, {RTT * 1000:.0f} ms round trips: "
+    print(f"\n200 different calls of one session at once, {rtt * 1000:.0f} ms round trips: "
           f"{decided.count('redis')} decided by Redis, {decided.count('fallback')} by the policy (queued "
           "too long); Redis marked down: no")
-    assert decided.count("redis") > 0 and set(decided) <= {"redis", "fallback"}
+    assert decided.count("redis") > 0 and decided.count("fallback") > 0
+    assert set(decided) <= {"redis", "fallback"}
     assert not brake.failures.breaker.down
     assert after.decided_by == "redis"
 
@@ -117,7 +125,7 @@ async def test_a_long_burst_shares_two_lanes_and_keeps_each_sessions_order(proxy
     sequence = [{"q": q} for q in "ABBA"]
     reference = LoopBrake(max_repeats=100)
     expected = [reference.check("search", args).count for args in sequence]
-    brake = AsyncDistributedBrake.from_url(proxy.url, max_repeats=100, timeout_seconds=5.0)
+    brake = AsyncDistributedBrake.from_url(proxy.url, max_repeats=100, timeout_seconds=ORDER_TIMEOUT)
     try:
         await brake.check("warm", {}, session_id="w")
         connections = proxy.connections
@@ -156,7 +164,7 @@ async def test_a_long_burst_on_a_cluster_keeps_each_sessions_order(cluster_url: 
     """The same on a 3-master Cluster: two lanes, each batch split per master, written to every master
     before any reply is read; every session counts as made one by one."""
     sequence = [{"q": q} for q in "ABBA"]
-    brake = AsyncDistributedBrake.from_url(cluster_url, max_repeats=100, timeout_seconds=5.0)
+    brake = AsyncDistributedBrake.from_url(cluster_url, max_repeats=100, timeout_seconds=ORDER_TIMEOUT)
     try:
         results = await asyncio.gather(*(counts_of(brake, sequence, session=f"s{i}") for i in range(1500)))
         again = await counts_of(brake, [{"q": "A"}], session="s7")

@@ -502,7 +502,9 @@ SOAK_OWNED = 450  # sessions per worker, no other worker touches them
 SOAK_SHARED = 100  # sessions every worker hits with the same call
 SOAK_SHARED_PER_ROUND = SOAK_SHARED // 2
 SOAK_LIMIT = 3
-SOAK_TTL = 2.0
+# Long enough that no session expires between two of its checks (a round apart) even when another process hogs
+# the cores: at 2 s a stalled worker's session expired mid-soak, and its count started again at 1.
+SOAK_TTL = 10.0
 SHARED_TOOL = "shared"
 
 PlanStep = tuple[str, str, int, str | None]  # session, tool, argument, call id
@@ -613,7 +615,7 @@ def _soak_worker(worker: int, url: str, barrier: Any, results: Any) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_soak_two_processes_exact_counts_and_ttl() -> None:
-    """2 processes x 50k checks over 1k sessions, TTL 2 s: no error, every count exact, all keys expire."""
+    """2 processes x 50k checks over 1k sessions, TTL 10 s: no error, every count exact, all keys expire."""
     with RedisServer(name="soak") as soak_server:
         context = multiprocessing.get_context("spawn")
         barrier = context.Barrier(SOAK_WORKERS)
