@@ -196,3 +196,10 @@ def test_no_install_line_asks_pypi_for_distbrake() -> None:
                 assert " @ " in requirement, line
             else:
                 assert requirement.startswith("."), line  # the clone itself: `pip install -e ".[extra]"`
+
+
+def test_the_newcomers_path_ends_before_line_300() -> None:
+    """The front door (issue 28): what a newcomer needs comes first; the Reference part starts before line 300."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert "# Reference" in lines
+    assert lines.index("# Reference") < 300
