@@ -22,7 +22,8 @@ LONG = "thread/run/" + "x" * 200  # longer than the 128 bytes a record keeps of 
 
 
 def cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return run("--url", url, "--key-prefix", prefix, *args)
+    """The CLI on `prefix`, its tables 120 columns wide (whatever terminal, if any, the test runs in)."""
+    return run("--url", url, "--key-prefix", prefix, *args, COLUMNS="120")
 
 
 def ids(url: str, prefix: str) -> set[str]:
