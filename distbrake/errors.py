@@ -163,34 +163,20 @@ class LoopBrakeHalt(LoopBrakeError):
     """
 
     def __init__(
-        self,
-        tool_name: str,
-        count: int,
-        max_repeats: int,
-        hash_prefix: str,
-        session_id: str,
-        kind: str = "halt",
-        period: int | None = None,
-        cycle_repeats: int | None = None,
-        cycle_hash_prefixes: tuple[str, ...] = (),
-        cycle_tools: tuple[str, ...] = (),
-        decided_by: str | None = None,
-        limit: int | None = None,
-        done_at: float | None = None,
-        halt_rule: str = "repeat",
-        since: float | None = None,
-        who: str = "",
-        reason: str = "",
+        self, *call: Any, halt_rule: str = "repeat", since: float | None = None, who: str = "", reason: str = "",
+        **more: Any,
     ) -> None:
+        """`call`: tool_name, count, max_repeats, hash_prefix, session_id (as `LoopBrakeError`'s); `more`: its
+        other arguments, by keyword (`kind` is always "halt")."""
         self.halt_rule = halt_rule
         self.halted_by = "operator" if halt_rule in ("block", "kill") else "rule"
         self.since = since
         self.who = who
         self.reason = reason
-        super().__init__(
-            tool_name, count, max_repeats, hash_prefix, session_id, "halt", period, cycle_repeats,
-            cycle_hash_prefixes, cycle_tools, decided_by, limit, done_at,
-        )
+        super().__init__(*call, **{**more, "kind": "halt"})
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_halt, (type(self), self._args(), self.halt_rule, self.since, self.who, self.reason))
 
     def _message(self) -> str:
         session = _shown(self.session_id, 128, escape=True)
@@ -205,14 +191,23 @@ class LoopBrakeHalt(LoopBrakeError):
             by = f" by {_shown(self.who, escape=True)}" if self.who else ""
             what = "every session was stopped" if self.halt_rule == "kill" else "an operator blocked it"
             why = f"{what}{by}{': ' + _shown(self.reason, 200, escape=True) if self.reason else ''}"
+        lift = "distbrake unblock --all" if self.halt_rule == "kill" else "distbrake unblock"
         return (
             f'loop brake: session "{session}" is halted ({why}, since {_utc(self.since)}); the run was stopped. '
             "No further tool call of this session will run until the halt expires or an operator lifts it "
-            "(distbrake unblock). Stop now and report to the user."
+            f"({lift}). Stop now and report to the user."
         )
 
-    def _args(self) -> tuple[Any, ...]:
-        return (*super()._args(), self.halt_rule, self.since, self.who, self.reason)
+
+
+def _halt(
+    kind: type[LoopBrakeHalt], args: tuple[Any, ...], halt_rule: str, since: float | None, who: str, reason: str
+) -> LoopBrakeHalt:
+    """A `LoopBrakeHalt` (or subclass `kind`) from its pickled state (`__reduce__`)."""
+    names = ("kind", "period", "cycle_repeats", "cycle_hash_prefixes", "cycle_tools", "decided_by", "limit", "done_at")
+    more = dict(zip(names, args[5:], strict=True))
+    del more["kind"]
+    return kind(*args[:5], halt_rule=halt_rule, since=since, who=who, reason=reason, **more)
 
 
 def _utc(when: float | None) -> str:

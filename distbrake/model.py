@@ -71,6 +71,8 @@ from typing import Literal, NamedTuple
 __all__ = [
     "NO_FACTS",
     "ONCE_ENTRIES",
+    "REASON_CHARS",
+    "WHO_CHARS",
     "Counted",
     "Cycle",
     "CycleRule",
@@ -89,6 +91,8 @@ __all__ = [
 ]
 
 ONCE_ENTRIES = 64  # once-only calls a session remembers (hash prefixes); the oldest is forgotten past it
+WHO_CHARS = 64  # an operator's name kept in a halt (`Halt.who`), at most
+REASON_CHARS = 200  # an operator's reason kept in a halt (`Halt.reason`), at most
 
 
 class Rules(NamedTuple):

@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterato
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import ConfigurationError
-from .model import Halt
+from .model import REASON_CHARS, WHO_CHARS, Halt
 from .session import resolve_session
 
 if TYPE_CHECKING:
@@ -46,8 +46,6 @@ __all__ = [
     "halt_ttl", "kill_key", "operator_halt", "targets", "ttl_ms",
 ]
 
-WHO_CHARS = 64  # (redis/wire.py bounds the record's field x the same way: what Python wrote is kept whole)
-REASON_CHARS = 200
 KILL_KEY = "halt-all"  # the kill switch's key is `<prefix>:halt-all` (never a session's: those have 18 characters)
 
 

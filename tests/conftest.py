@@ -8,6 +8,7 @@ Redis on 6379) and flushed between tests. `redis-server` must be on PATH:
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -22,6 +23,17 @@ collect_ignore = [f"test_integration_{adapter}.py" for adapter in SEPARATE_ENVIR
 
 # The fault tests' fixtures (make, server, proxy) for every fault-themed module.
 pytest_plugins = ["tests.faults"]
+
+# The CLI's piped output is as wide as COLUMNS says (200 without it), and the tests run the CLI with this
+# process's environment: a terminal size inherited from whatever started the run (pytest-xdist's workers
+# get COLUMNS=80 LINES=24) wrapped the rows of `list` and `doctor` that the tests read.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long proofs (marked slow) first: with parallel workers, none of them starts last and alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

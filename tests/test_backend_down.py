@@ -13,6 +13,7 @@ import redis.cluster
 from distbrake import AsyncDistributedBrake, BrakeUnavailableError, DistributedBrake, LoopBrakeError
 from tests.fault_proxy import FaultProxy
 from tests.servers import RedisServer, free_port
+from tests.waits import measured
 
 
 @pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
@@ -111,16 +112,15 @@ def test_a_sync_cluster_check_waits_for_the_client_build_within_its_timeout(serv
             proxy.black_hole()
         url = "redis+cluster://" + ",".join(f"{host}:{port}" for host, port in (p.address for p in proxies))
         brake = DistributedBrake.from_url(url, timeout_seconds=0.5)
-        started = time.monotonic()
-        assert brake.check("t", 1, session_id="s").decided_by == "fallback"
-        took = time.monotonic() - started
+        with measured() as took:  # less the time this thread stood ready to run on a loaded machine
+            assert brake.check("t", 1, session_id="s").decided_by == "fallback"
         building = brake.client._pending  # the build that goes on: let it end while the proxies still answer
         assert building is not None
         with contextlib.suppress(Exception):
             building.result(timeout=10)
         brake.close()
-    print(f"first check {took:.3f} s (timeout 0.5 s)")
-    assert took <= 0.55
+    print(f"first check {took.seconds:.3f} s, wall {took.wall:.3f} s (timeout 0.5 s)")
+    assert took.seconds <= 0.55
 
 
 def test_a_client_closed_while_it_is_being_built_is_closed_and_not_kept() -> None:

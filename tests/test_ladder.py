@@ -184,3 +184,17 @@ def test_the_hooks_streak_file_shares_the_ladder_between_processes(tmp_path: Any
     finally:
         one.close()
         two.close()
+
+
+def test_the_kill_switchs_refusal_says_how_it_is_lifted() -> None:
+    brake = LoopBrake(3)
+    brake.block_all(reason="incident 42", who="oncall")
+    with pytest.raises(LoopBrakeHalt) as raised:
+        brake.check("t", 1, session_id="s")
+    assert raised.value.halt_rule == "kill" and raised.value.halted_by == "operator"
+    assert "distbrake unblock --all" in str(raised.value) and "incident 42" in str(raised.value)
+    brake.unblock_all()
+    brake.block("s", reason="looping")
+    with pytest.raises(LoopBrakeHalt) as blocked:
+        brake.check("t", 1, session_id="s")
+    assert blocked.value.halt_rule == "block" and "(distbrake unblock)" in str(blocked.value)

@@ -281,7 +281,7 @@ async def test_every_brake_agrees_with_the_reference_model(
     cycles: tuple[int, int],
 ) -> None:
     options: dict[str, Any] = {
-        "tools": TOOLS, "warn_at": warn_at, "max_repeats": 3, "timeout_seconds": 5.0,
+        "tools": TOOLS, "warn_at": warn_at, "max_repeats": 3, "timeout_seconds": 30.0,
         "max_cycle_period": cycles[0], "cycle_repeats": cycles[1],
     }
     brake, model = await fresh(make, options, Model)

@@ -14,6 +14,7 @@ servers here show why no other server gets it. `doctor` and `bench` never send a
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -224,32 +225,46 @@ def upstash_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, lis
 
     monkeypatch.setattr(socket, "getaddrinfo", resolve)
 
-    def serve() -> None:
-        with listener:
-            connection, _ = listener.accept()
-            with connection, connection.makefile("rb") as stream:
-                while (line := stream.readline()).startswith(b"*"):
-                    parts = []
-                    for _ in range(int(line[1:])):
-                        size = int(stream.readline()[1:])
-                        parts.append(stream.read(size + 2)[:-2])
+    def answer(connection: socket.socket) -> None:
+        with connection, connection.makefile("rb") as stream:
+            while (line := stream.readline()).startswith(b"*"):
+                parts = []
+                for _ in range(int(line[1:])):
+                    size = int(stream.readline()[1:])
+                    parts.append(stream.read(size + 2)[:-2])
+                command = parts[0].upper()
+                if command in (b"EVALSHA", b"SCRIPT"):
                     received.append(b" ".join(parts))
-                    if parts[0].upper() == b"EVALSHA" and not any(r.startswith(b"SCRIPT") for r in received):
-                        connection.sendall(b"-NOSCRIPT No matching script.\r\n")
-                    elif parts[0].upper() == b"SCRIPT":
-                        sha = brake_script("upstash").sha.encode()
-                        connection.sendall(b"$40\r\n" + sha + b"\r\n")
-                    elif parts[0].upper() == b"EVALSHA":
-                        connection.sendall(b"-ERR this stand-in runs no script\r\n")
-                        return
-                    elif parts[0].upper() == b"HELLO":
-                        connection.sendall(b"%1\r\n$5\r\nproto\r\n:3\r\n")
-                    else:
-                        connection.sendall(b"+OK\r\n")
+                if command == b"EVALSHA" and not any(r.startswith(b"SCRIPT") for r in received):
+                    connection.sendall(b"-NOSCRIPT No matching script.\r\n")
+                elif command == b"SCRIPT":
+                    sha = brake_script("upstash").sha.encode()
+                    connection.sendall(b"$40\r\n" + sha + b"\r\n")
+                elif command == b"EVALSHA":
+                    connection.sendall(b"-ERR this stand-in runs no script\r\n")
+                    return
+                elif command == b"HELLO":
+                    connection.sendall(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+                elif command == b"GET":  # the kill switch's read (a connection of its own): not set
+                    connection.sendall(b"_\r\n")
+                else:
+                    connection.sendall(b"+OK\r\n")
+
+    stop = threading.Event()
+
+    def serve() -> None:  # every connection the brake opens (its check's, its kill-switch reader's)
+        with listener:
+            listener.settimeout(0.1)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    connection, _ = listener.accept()
+                    connection.settimeout(None)
+                    threading.Thread(target=answer, args=(connection,), daemon=True).start()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield port, received
+    stop.set()
     thread.join(timeout=10)
 
 

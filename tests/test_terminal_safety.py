@@ -113,6 +113,7 @@ def hostile_url(redis_url: str) -> str:
     return redis_url
 
 
+@pytest.mark.slow
 def test_hostile_ids_and_tool_names_are_escaped_everywhere(hostile_url: str) -> None:
     url = hostile_url
     audit = Audit()

@@ -20,7 +20,7 @@ from typing import cast
 
 from ..core import Counted, Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
-from ..model import NO_FACTS, Facts, Halt, HaltKind, Rules
+from ..model import NO_FACTS, REASON_CHARS, WHO_CHARS, Facts, Halt, HaltKind, Rules
 from .contract import (
     ABOUT_PACKED_UUID,
     CALL_HASH_END,
@@ -225,8 +225,6 @@ def _fixed(
     return key, rest, ttl_ms.to_bytes(CALL_TTL_END - CALL_HASH_END, "big"), body, b"\r\n" + _packed_rest(rest)
 
 
-WHO_CHARS = 64  # an operator's name kept in a halt (field x), at most
-REASON_CHARS = 200  # an operator's reason kept in a halt, at most
 HALT_KINDS: tuple[HaltKind, ...] = ("repeat", "cycle", "block", "kill")
 
 
