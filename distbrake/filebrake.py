@@ -90,6 +90,9 @@ class FileBrake(OperatorMixin, SyncCheck):
     def _unblock_one(self, target: str) -> bool:
         return self.store.unblock(target)
 
+    def _clear_one(self, target: str) -> bool:
+        return self.store.clear(target)
+
     def _set_kill(self, halt: Halt, ttl: float | None) -> None:
         self.store.set_kill(halt, ttl)
         self.switch.set(self._read_kill())

@@ -209,6 +209,9 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
             del self._records[session_id]
             return True
 
+    def _clear_one(self, session_id: str) -> bool:
+        return self.clear(session_id)
+
     def _set_kill(self, halt: Halt, ttl: float | None) -> None:
         self.switch.set(Stop(halt, None if ttl is None else time.monotonic() + ttl))
 

@@ -14,6 +14,8 @@ brake), built on small primitives of its backend (`OperatorMixin`,
   matching) halted sessions, a rule's halt or an operator's block: the record
   is deleted, the session starts afresh. Returns how many halts were lifted;
   a session that is not halted is left as it is. `clear` lifts a halt too.
+* `clear_matching(match)` forgets the record of every existing session whose
+  id matches the glob (`clear(session_id)` forgets one); returns how many.
 * `block_all(reason=None, ttl_seconds=None, who=None)` sets the fleet's kill
   switch, the key `<prefix>:halt-all` (default: no expiry): every check of
   every session under the prefix, exempt tools too, raises `LoopBrakeHalt`
@@ -147,6 +149,10 @@ class OperatorMixin:
         found = found_targets(self._target, named, () if match is None else self._matching(match, True))
         return sum(self._unblock_one(target) for target in found)
 
+    def clear_matching(self, match: str) -> int:
+        """Forget the record of every existing session whose id matches the glob `match` (a halt too); how many."""
+        return sum(self._clear_one(target) for target in found_targets(self._target, [], self._matching(match, False)))
+
     def block_all(self, reason: str | None = None, ttl_seconds: float | None = None, who: str | None = None) -> None:
         """Set the kill switch: every check of every session is refused until `unblock_all` (or the TTL)."""
         self._set_kill(operator_halt("kill", reason, who), halt_ttl(ttl_seconds, None))
@@ -168,6 +174,10 @@ class OperatorMixin:
         raise NotImplementedError
 
     def _unblock_one(self, target: Any) -> bool:
+        raise NotImplementedError
+
+    def _clear_one(self, target: Any) -> bool:
+        """Delete one session's record; True when there was one."""
         raise NotImplementedError
 
     def _set_kill(self, halt: Halt, ttl: float | None) -> None:
@@ -197,6 +207,11 @@ class AsyncOperatorMixin:
         found = found_targets(self._target, named, await self._all_matching(match, True))
         return sum([await self._unblock_one(target) for target in found])
 
+    async def clear_matching(self, match: str) -> int:
+        """Forget the record of every existing session whose id matches the glob `match` (a halt too); how many."""
+        found = found_targets(self._target, [], await self._all_matching(match, False))
+        return sum([await self._clear_one(target) for target in found])
+
     async def block_all(
         self, reason: str | None = None, ttl_seconds: float | None = None, who: str | None = None,
     ) -> None:
@@ -220,6 +235,9 @@ class AsyncOperatorMixin:
         raise NotImplementedError
 
     async def _unblock_one(self, target: Any) -> bool:
+        raise NotImplementedError
+
+    async def _clear_one(self, target: Any) -> bool:
         raise NotImplementedError
 
     async def _set_kill(self, halt: Halt, ttl: float | None) -> None:

@@ -210,7 +210,8 @@ def test_check_inspect_list_clear_on_a_real_server(redis_url: str) -> None:
     cleared = run("--url", redis_url, "clear", "stuck", "nobody", "--json")
     assert cleared.returncode == 0, cleared.stderr
     assert as_json(cleared) == {"cleared": 1, "all": False, "key_prefix": "distbrake",
-                                "sessions": {"stuck": True, "nobody": False}}
+                                "sessions": {"stuck": True, "nobody": False}, "match": None, "matched": None,
+                                "not_named": []}
 
     refused = run("--url", redis_url, "clear", "--all")
     assert refused.returncode == 2

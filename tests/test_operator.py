@@ -134,6 +134,21 @@ async def test_a_block_halts_sessions_on_every_worker_until_unblocked(
 
 
 @pytest.mark.parametrize("kind", EVERY_KIND)
+async def test_clear_matching_forgets_every_matching_session_halted_or_not(
+    kind: str, brakes: Brakes, tmp_path: Path
+) -> None:
+    make = workers(kind, brakes, tmp_path)
+    a, b = make(), make()
+    long = "run/" + "x" * 200  # longer than a Redis record keeps of its id: cleared by its key
+    for session in ("run/1", "run/2", long, "keep"):
+        await a.check("search", {"q": 1}, session_id=session)
+    await call(a, "block", "run/2")
+    assert await call(b, "clear_matching", "run/*") == 3 and await call(b, "clear_matching", "run/*") == 0
+    assert [s.session_id for s in await b.sessions()] == ["keep"]
+    assert (await a.check("search", {"q": 1}, session_id="run/2")).count == 1  # the halt went with its record
+
+
+@pytest.mark.parametrize("kind", EVERY_KIND)
 async def test_block_all_stops_every_session_and_tool_until_lifted(kind: str, brakes: Brakes, tmp_path: Path) -> None:
     make = workers(kind, brakes, tmp_path)
     a, b = make(exempt_tools=["clock"]), make(exempt_tools=["clock"])

@@ -19,7 +19,7 @@ import click
 from ..operator import WHO_CHARS
 from .app import App, command
 from .output import EXIT_USAGE, CliError, emit_json, escape_text, memory_hint, quote_text
-from .sessions import span_text
+from .sessions import check_targets, span_text
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -71,10 +71,7 @@ def block_command(
     session under the key prefix is refused within a second, until
     `distbrake unblock --all` (or --ttl).
     """
-    if every and (sessions or match):
-        raise click.UsageError("give SESSION names (or --match) or --all, not both")
-    if not every and not sessions and match is None:
-        raise click.UsageError("name at least one SESSION, or use --match GLOB, or --all --yes")
+    check_targets(sessions, match, every, "--all --yes")
     seconds = parse_ttl(ttl)
     if every and not yes:
         settings = app.settings()
@@ -121,10 +118,7 @@ def unblock_command(app: App, sessions: tuple[str, ...], match: str | None, ever
     With --all, lift the kill switch instead (sessions halted one by one stay
     halted: `unblock --match '*'` lifts those).
     """
-    if every and (sessions or match):
-        raise click.UsageError("give SESSION names (or --match) or --all, not both")
-    if not every and not sessions and match is None:
-        raise click.UsageError("name at least one SESSION, or use --match GLOB, or --all")
+    check_targets(sessions, match, every, "--all")
     with app.open() as brake:
         settings = brake.settings
         if every:

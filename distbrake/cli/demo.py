@@ -140,7 +140,8 @@ def _proof(outcomes: list[dict[str, Any]], limit: int) -> dict[str, Any] | None:
 @click.option("--calls", metavar="N", default=None, type=click.IntRange(2, 1000),
               help="Tool calls each of the 3 agents makes, so 3 x N in all; at least max_repeats + 1, for the "
                    "stuck agent to reach the limit (default: 8, or max_repeats + 4 when that is more).")
-@click.option("--keep", is_flag=True, help="Leave the demo's sessions in the store (see them with `distbrake list`).")
+@click.option("--keep", is_flag=True, help="Leave the stuck agent's halted session and the blocked one in the store "
+              "to look at (`distbrake list`, `distbrake inspect SESSION`); on a Redis URL only.")
 @click.option("--pace", metavar="SECONDS", default=None, type=click.FloatRange(0, 5),
               help="How long each allowed tool call runs (default: 0.05 on a terminal, else 0).")
 def demo_command(app: App, *, workers: int, calls: int | None, keep: bool, pace: float | None, as_json: bool) -> None:
@@ -181,13 +182,18 @@ def demo_command(app: App, *, workers: int, calls: int | None, keep: bool, pace:
             settings, workers, plan(workers, calls, limit, run_id), processes, say,
             (0.05 if terminal and not as_json else 0.0) if pace is None else pace, block)
         elapsed = time.perf_counter() - began
-        for agent in () if keep else AGENTS:
-            brake.clear(f"demo-{run_id}-{agent}")
+        kept = [f"demo-{run_id}-{agent}" for agent in (STUCK, BLOCKED)] if keep and processes else []
+        for agent in AGENTS:
+            if f"demo-{run_id}-{agent}" not in kept:
+                brake.clear(f"demo-{run_id}-{agent}")
     report = _report(settings.shown_url, processes, limit, workers, labels, outcomes, errors, elapsed)
+    report["kept"] = kept
     if as_json:
         output.emit_json(report)
     else:
-        _print(report, console, terminal, keep)
+        _print(report, console, terminal)
+        for line in _next_steps(settings, processes, keep, kept, run_id):
+            console.print(Text(line))
     if errors:
         raise output.CliError(f"demo workers could not reach the backend: {'; '.join(errors)}",
                               output.EXIT_BACKEND, "unreachable")
@@ -282,7 +288,7 @@ def _report(backend: str, processes: bool, limit: int, workers: int, labels: dic
     }
 
 
-def _print(report: dict[str, Any], console: Any, terminal: bool, keep: bool) -> None:
+def _print(report: dict[str, Any], console: Any, terminal: bool) -> None:
     table = output.make_table("worker", "runs as", "calls", "allowed", "denied", "halted", f"{STUCK}'s repeats",
                               "denied agent", title="fleet")
     for column in (2, 3, 4, 5, 6):
@@ -299,5 +305,21 @@ def _print(report: dict[str, Any], console: Any, terminal: bool, keep: bool) -> 
     proof = report["shared_streak"]
     if proof is not None:
         console.print(Text(proof["sentence"], style=("bold green" if proof["holds"] else "yellow") if terminal else ""))
-    if keep:
-        console.print(Text("the demo's sessions were kept: distbrake list --match 'demo-*'"))
+
+
+def _next_steps(settings: BrakeSettings, processes: bool, keep: bool, kept: list[str], run_id: str) -> list[str]:
+    """What to run next: on memory://, how to see processes share a streak; with --keep, how to look at what
+    was left stuck (and remove it)."""
+    if not processes:
+        return ["the workers were threads of this one process (memory:// is private to it): to see processes "
+                "share a streak, run distbrake --url redis://localhost:6379/0 demo"
+                + (" --keep (memory:// keeps nothing once the demo exits)" if keep else "")]
+    if not kept:
+        return []
+    stuck, blocked = kept
+    base = f"distbrake --url {output.escape_text(settings.shown_url)}" + (
+        "" if settings.key_prefix == "distbrake" else f" --key-prefix {output.quote_text(settings.key_prefix)}")
+    return [f"kept to look at: {stuck} (halted by the streak rule) and {blocked} (blocked by the operator); see them:",
+            f"  {base} list --match 'demo-{run_id}-*'",
+            f"  {base} inspect {stuck}",
+            f"  {base} clear --match 'demo-{run_id}-*' --yes    (removes them)"]

@@ -31,11 +31,14 @@ from ..redis_errors import REDIS_FAILURES
 from ..telemetry.fleet import RETENTION_MINUTES, Tally, read_minutes
 from .app import App, command
 from .output import emit_json, escape_text, make_console, make_table, print_renderable
-from .sessions import halt_json, halt_word, iso_time, kill_json, kill_text, span_text
+from .sessions import halt_json, halt_word, iso_time, kill_json, kill_text, span_text, state_json, status_text
 
 BARS = " ▁▂▃▄▅▆▇█"
 TOP_STREAKS = 10
 TOP_TOOLS = 10
+ID_CHARS = 40  # a session id longer than this is shown as its head, "…" and its tail (where a UUID or run id ends)
+CUT_NOTE = f"ids longer than {ID_CHARS} characters are cut in the middle; distbrake list --json shows them whole"
+UNKNOWN = "unknown: Redis unreachable"
 _SINCE = re.compile(r"^(\d+)([mh]?)$")
 
 Minutes = list[tuple[int, dict[str, Tally]]]
@@ -114,6 +117,20 @@ def halts_json(halted: list[SessionState], kill: KillState | None) -> dict[str, 
     }
 
 
+def short_id(session_id: str) -> str:
+    """A session id for a table column, escaped: whole, or its head and tail around "…" (at most ID_CHARS)."""
+    shown = escape_text(session_id)
+    if len(shown) <= ID_CHARS:
+        return shown
+    tail = (ID_CHARS - 1) // 2
+    return shown[:ID_CHARS - 1 - tail] + "…" + shown[-tail:]
+
+
+def any_cut(states: list[SessionState]) -> bool:
+    """Whether a table of these sessions cuts an id (then the view says how to get it whole)."""
+    return any(len(escape_text(state.session_id)) > ID_CHARS for state in states)
+
+
 def halts_table(halted: list[SessionState], at: float, limit: int | None = None) -> Any:
     table = make_table("session", "state", "who", "why", "since", "ttl", title=Text("halted and blocked sessions"))
     for state in halted[:limit] if limit else halted:
@@ -122,7 +139,7 @@ def halts_table(halted: list[SessionState], at: float, limit: int | None = None)
             continue
         why = halt.reason if halt.who or halt.reason else f"{halt.kind} rule ({halt.tool_name[:40]})"
         table.add_row(
-            Text(escape_text(state.session_id[:40])), halt_word(halt), Text(escape_text(halt.who)),
+            Text(short_id(state.session_id)), halt_word(halt), Text(escape_text(halt.who)),
             Text(escape_text(why[:60])), f"{span_text(at - halt.since)} ago" if halt.since else "",
             "none" if state.ttl_seconds is None else span_text(state.ttl_seconds),
         )
@@ -153,6 +170,8 @@ def stats_command(app: App, since: str, as_json: bool) -> None:
         console.print(Text(kill_text(kill, now)))
     if halted:
         print_renderable(console, halts_table(halted, now))
+        if any_cut(halted):
+            console.print(Text(CUT_NOTE))
     title = f"denials, warnings and halts on {escape_text(app.backend)}, last {minutes_back} min"
     if not any(tools for _, tools in minutes):
         console.print(Text(f"no denials or warnings on {escape_text(app.backend)} in the last {minutes_back} min "
@@ -171,7 +190,8 @@ class Snapshot:
     at: float
     health: str
     latency_ms: float | None = None
-    streaks: list[SessionState] = field(default_factory=list)
+    streaks: list[dict[str, Any]] = field(default_factory=list)  # state_json of the longest streaks
+    shown: list[SessionState] = field(default_factory=list)  # every session a table shows
     minutes: Minutes = field(default_factory=list)
     halted: list[SessionState] = field(default_factory=list)
     kill: KillState | None = None
@@ -185,39 +205,46 @@ def take_snapshot(brake: DistributedBrake, minutes_back: int) -> Snapshot:
         brake.ping()
         latency = (time.perf_counter() - start) * 1000
         states = list(brake.sessions())
-        streaks = heapq.nlargest(TOP_STREAKS, states, key=lambda s: (s.count, s.updated_at))
+        longest = heapq.nlargest(TOP_STREAKS, states, key=lambda s: (s.count, s.updated_at))
+        streaks = [state_json(state, brake.settings) for state in longest]
         halted = sorted((s for s in states if s.halt is not None), key=lambda s: -(s.halt.since if s.halt else 0.0))
         minutes = read_minutes(brake.client, brake.settings.key_prefix, minutes_back, now)
         kill = brake.kill_switch()
     except REDIS_FAILURES as error:
         return Snapshot(now, f"unreachable ({type(error).__name__})")
-    return Snapshot(now, "ok", latency, streaks, minutes, halted, kill)
+    return Snapshot(now, "ok", latency, streaks, longest + halted[:TOP_STREAKS], minutes, halted, kill)
 
 
 def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: bool) -> Group:
+    """The view: the kill switch, the halted sessions, the longest streaks (each state in `list`'s words) and
+    the denials per tool; during an outage each pane says it is unknown."""
     health = (f"ok, PING {snapshot.latency_ms:.1f} ms" if snapshot.latency_ms is not None else snapshot.health)
     head = Text(f"distbrake top  {escape_text(backend)}  {iso_time(snapshot.at)}  Redis: {health}",
                 style="bold" if interactive else "")
-    streaks = make_table("session", "tool", "count", "limit", "state", "idle",
+    streaks = make_table("session", "tool", "count", "limit", "status", "idle",
                          title=Text("longest streaks now"))
-    for state in snapshot.streaks:
-        session = state.session_id if len(state.session_id) <= 40 else state.session_id[:39] + "…"
+    for data in snapshot.streaks:
         streaks.add_row(
-            Text(escape_text(session)), Text(escape_text(state.tool_name[:40])), str(state.count),
-            "-" if state.max_repeats is None else str(state.max_repeats),
-            state.state if state.halt is None else halt_word(state.halt), span_text(snapshot.at - state.updated_at),
+            Text(short_id(data["session_id"])), Text(escape_text(data["tool_name"][:40])), str(data["count"]),
+            "-" if data["limit"] is None else str(data["limit"]), status_text(data),
+            span_text(snapshot.at - data["updated_at"]),
         )
+    known = snapshot.latency_ms is not None
     parts: list[Any] = [head]
     if snapshot.kill is not None:
         parts.append(Text(kill_text(snapshot.kill, snapshot.at), style="bold red" if interactive else ""))
-    if snapshot.halted:
+    if snapshot.halted or not known:
         parts.append(halts_table(snapshot.halted, snapshot.at, TOP_STREAKS))
+    if not known:
+        parts.append(Text(UNKNOWN))
     parts.append(streaks)
     if not snapshot.streaks:
-        parts.append(Text("(no streaks)"))
+        parts.append(Text("(no streaks)" if known else UNKNOWN))
     parts.append(tools_table(snapshot.minutes, f"denials per tool, last {minutes_back} min", TOP_TOOLS))
     if not any(tools for _, tools in snapshot.minutes):
-        parts.append(Text("(no denials or warnings)"))
+        parts.append(Text("(no denials or warnings)" if known else UNKNOWN))
+    if any_cut(snapshot.shown):
+        parts.append(Text(CUT_NOTE))
     if interactive:
         parts.append(Text("q quits", style="dim"))
     return Group(*parts)
@@ -267,10 +294,10 @@ def top_command(app: App, since: str, interval: float, as_json: bool) -> None:
             if as_json:
                 data = stats_json(snapshot.minutes, app.backend, brake.settings.key_prefix)
                 data["health"] = snapshot.health
-                data["streaks"] = [{"session_id": s.session_id, "tool_name": s.tool_name, "count": s.count,
-                                    "max_repeats": s.max_repeats, "state": s.state if s.halt is None else
-                                    halt_word(s.halt).lower(), "halted": s.halted} for s in snapshot.streaks]
+                data["streaks"] = snapshot.streaks
                 data.update(halts_json(snapshot.halted, snapshot.kill))
+                if snapshot.latency_ms is None:  # unreachable: nothing is known (not "none")
+                    data.update(dict.fromkeys(("streaks", "halted_sessions", "kill_switch", "tools", "minutes")))
                 emit_json(data)
             else:
                 print_renderable(make_console(), render(snapshot, app.backend, minutes_back, False))

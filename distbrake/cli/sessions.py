@@ -338,22 +338,35 @@ def list_command(
 # -- clear ---------------------------------------------------------------------------------------
 
 
+GLOB_CHARS = frozenset("*?[")
+
+
+def check_targets(sessions: tuple[str, ...], match: str | None, every: bool, all_flag: str) -> None:
+    """The usage rule `block`, `unblock` and `clear` share: SESSION names and/or --match, or `all_flag`."""
+    if every and (sessions or match is not None):
+        raise click.UsageError("give SESSION names (or --match) or --all, not both")
+    if not every and not sessions and match is None:
+        raise click.UsageError(f"name at least one SESSION, or use --match GLOB, or {all_flag}")
+
+
 @command("clear")
 @click.argument("sessions", nargs=-1, metavar="[SESSION]...")
+@click.option("--match", "match", metavar="GLOB", default=None,
+              help="Also every existing session whose id matches this glob (fnmatch, case-sensitive); more than "
+                   "one needs --yes.")
 @click.option("--all", "clear_all", is_flag=True, help="Clear every session under the key prefix.")
-@click.option("--yes", is_flag=True, help="Confirm --all.")
+@click.option("--yes", is_flag=True, help="Confirm --all, or a --match of more than one session.")
 def clear_command(
-    app: App, sessions: tuple[str, ...], clear_all: bool, yes: bool, as_json: bool
+    app: App, sessions: tuple[str, ...], match: str | None, clear_all: bool, yes: bool, as_json: bool
 ) -> None:
-    """Forget the streaks of SESSION... (or of every session with --all --yes); a halt is lifted with its record.
+    """Forget the streaks of SESSION... (and of the sessions matching --match GLOB, or of every session with
+    --all --yes); a halt is lifted with its record.
 
     Clearing a session that has no streak is not an error; the count says
-    how many streaks were actually removed.
+    how many streaks were actually removed. A SESSION with a glob character
+    (* ? [) that names no session exits 1: use --match for a pattern.
     """
-    if clear_all and sessions:
-        raise click.UsageError("give SESSION names or --all, not both")
-    if not clear_all and not sessions:
-        raise click.UsageError("name at least one SESSION, or use --all --yes")
+    check_targets(sessions, match, clear_all, "--all --yes")
     if clear_all and not yes:
         settings = app.settings()
         raise CliError(
@@ -361,27 +374,44 @@ def clear_command(
             f"{settings.shown_url} without --yes",
             EXIT_USAGE, "usage",
         )
+    matched: int | None = None
     with app.open() as brake:
         settings = brake.settings
         if clear_all:
             cleared = brake.clear_all()
             results: dict[str, bool] | None = None
         else:
+            if match is not None and not yes and (would := sum(1 for _ in brake.sessions(match))) > 1:
+                raise CliError(
+                    f"refusing to clear {would} sessions matching {quote_text(match)} under prefix "
+                    f"{quote_text(settings.key_prefix)} on {settings.shown_url} without --yes", EXIT_USAGE, "usage")
             results = {session: brake.clear(session) for session in dict.fromkeys(sessions)}
-            cleared = sum(results.values())
+            matched = None if match is None else brake.clear_matching(match)
+            cleared = sum(results.values()) + (matched or 0)
+    globs = [s for s, done in (results or {}).items() if not done and GLOB_CHARS.intersection(s)]
     if as_json:
         data: dict[str, Any] = {"cleared": cleared, "all": clear_all,
                                 "key_prefix": settings.key_prefix}
         if results is not None:
             data["sessions"] = results
+            data["match"], data["matched"], data["not_named"] = match, matched, globs
         emit_json(data)
-        return
-    if results is None:
+        if globs:
+            raise click.exceptions.Exit(EXIT_NOT_FOUND)
+    elif results is None:
         click.echo(f"cleared {cleared} session(s) under prefix {quote_text(settings.key_prefix)} "
                    f"on {escape_text(app.backend)}")
-        return
-    missing = [s for s, done in results.items() if not done]
-    line = f"cleared {cleared} of {len(results)} session(s)"
-    if missing:
-        line += " (no streak: " + ", ".join(quote_text(s) for s in missing) + ")"
-    click.echo(line)
+    else:
+        missing = [s for s, done in results.items() if not done and s not in globs]
+        parts = []
+        if len(results) > len(globs):
+            parts.append(f"cleared {cleared - (matched or 0)} of {len(results) - len(globs)} session(s)" + (
+                " (no streak: " + ", ".join(quote_text(s) for s in missing) + ")" if missing else ""))
+        if match is not None:
+            parts.append(f"cleared {matched} session(s) matching {quote_text(match)}")
+        if parts:
+            click.echo("; ".join(parts))
+    if globs:
+        raise CliError("; ".join(f"no session is named {quote_text(s)}" for s in globs)
+                       + "; to clear by pattern use --match", EXIT_NOT_FOUND, "not_found")
+    memory_hint(app, settings)

@@ -345,6 +345,9 @@ class AsyncDistributedBrake(AsyncOperatorMixin, DistributedBase):
     async def _unblock_one(self, key: str) -> bool:
         return await self.unblock_key(key)
 
+    async def _clear_one(self, key: str) -> bool:
+        return bool(await self.client.delete(key))
+
     async def _read_kill(self) -> Stop | None:
         return self.kill_read(await self.queue_kill_read(self.client.pipeline(transaction=False)).execute())
 

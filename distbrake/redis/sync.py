@@ -287,6 +287,9 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
     def _unblock_one(self, key: str) -> bool:
         return self.unblock_key(key)
 
+    def _clear_one(self, key: str) -> bool:
+        return bool(self.client.delete(key))
+
     def _read_kill(self) -> Stop | None:
         return self.kill_read(self.queue_kill_read(self.client.pipeline(transaction=False)).execute())
 
