@@ -68,6 +68,13 @@ def workers_of(kind: str, brakes: Brakes, tmp_path: Path) -> Callable[..., Check
     return lambda **options: Checker(make(**options))
 
 
+@pytest.fixture(params=EVERY_KIND)
+def two_workers(request: pytest.FixtureRequest, brakes: Brakes, tmp_path: Path) -> tuple[Checker, Checker]:
+    """Two workers (default options) on the test's one backend of each kind."""
+    make = workers(request.param, brakes, tmp_path)
+    return make(), make()
+
+
 async def first_refusal(brake: Checker, tool: str = "search") -> LoopBrakeHalt:
     """Check new calls until one is refused with LoopBrakeHalt (bounded): that error."""
     end = time.monotonic() + DEADLINE
@@ -94,12 +101,8 @@ async def first_allowed(brake: Checker) -> int:
             await asyncio.sleep(0.01)
 
 
-@pytest.mark.parametrize("kind", EVERY_KIND)
-async def test_a_block_halts_sessions_on_every_worker_until_unblocked(
-    kind: str, brakes: Brakes, tmp_path: Path
-) -> None:
-    make = workers(kind, brakes, tmp_path)
-    a, b = make(), make()
+async def test_a_block_halts_sessions_on_every_worker_until_unblocked(two_workers: tuple[Checker, Checker]) -> None:
+    a, b = two_workers
     for _ in range(2):
         await a.check("search", {"q": 1}, session_id="s1")
     blocked = await call(a, "block", "s1", "fresh", "s1", reason="loop\0ing on search", who="ops", ttl_seconds=600)
@@ -133,12 +136,10 @@ async def test_a_block_halts_sessions_on_every_worker_until_unblocked(
     assert (await b.check("search", {"q": 1}, session_id="s1")).count == 1
 
 
-@pytest.mark.parametrize("kind", EVERY_KIND)
 async def test_clear_matching_forgets_every_matching_session_halted_or_not(
-    kind: str, brakes: Brakes, tmp_path: Path
+    two_workers: tuple[Checker, Checker],
 ) -> None:
-    make = workers(kind, brakes, tmp_path)
-    a, b = make(), make()
+    a, b = two_workers
     long = "run/" + "x" * 200  # longer than a Redis record keeps of its id: cleared by its key
     for session in ("run/1", "run/2", long, "keep"):
         await a.check("search", {"q": 1}, session_id=session)
