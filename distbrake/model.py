@@ -86,13 +86,20 @@ __all__ = [
     "cycle_period",
     "fail",
     "judge",
+    "new_counted",
     "observe",
+    "operator_text",
     "step",
 ]
 
 ONCE_ENTRIES = 64  # once-only calls a session remembers (hash prefixes); the oldest is forgotten past it
 WHO_CHARS = 64  # an operator's name kept in a halt (`Halt.who`), at most
 REASON_CHARS = 200  # an operator's reason kept in a halt (`Halt.reason`), at most
+
+
+def operator_text(text: str, limit: int) -> str:
+    """An operator's who or reason as a halt keeps it: no NUL (the record's separator), at most `limit` characters."""
+    return text.replace("\0", "")[:limit]
 
 
 class Rules(NamedTuple):
@@ -163,7 +170,7 @@ class Halt(NamedTuple):
     reason: str = ""
 
 
-_new_counted = tuple.__new__  # a Counted of the common case, built without NamedTuple's keyword handling
+new_counted = tuple.__new__  # a Counted of the common case, built without NamedTuple's keyword handling
 
 
 class Counted(NamedTuple):
@@ -358,7 +365,7 @@ def check(
     count, replayed, cycle = step(streak, digest, call_id, tool_name, fresh, cycles)
     cycle_halts = cycle is not None and cycle.halts
     if not cycle_halts and not rules.ladder:
-        return _new_counted(Counted, (count, replayed, cycle, NO_FACTS, None))
+        return new_counted(Counted, (count, replayed, cycle, NO_FACTS, None))
     facts = _facts(streak, digest, call_id, tool_name, count, replayed, rules)
     judgement = judge(count, rules, cycle is not None, facts, cycle_halts)
     if not replayed and judgement.outcome == "denied" and judgement.rule == "halt":

@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterato
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from .errors import ConfigurationError
-from .model import REASON_CHARS, WHO_CHARS, Halt
+from .model import REASON_CHARS, WHO_CHARS, Halt, operator_text
 from .session import resolve_session
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def bounded(value: object, limit: int, what: str) -> str:
         return ""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    return value.replace("\0", "")[:limit]
+    return operator_text(value, limit)
 
 
 def operator_halt(kind: Literal["block", "kill"], reason: object = None, who: object = None) -> Halt:

@@ -20,7 +20,7 @@ from typing import cast
 
 from ..core import Counted, Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
-from ..model import NO_FACTS, REASON_CHARS, WHO_CHARS, Facts, Halt, HaltKind, Rules
+from ..model import NO_FACTS, REASON_CHARS, WHO_CHARS, Facts, Halt, HaltKind, Rules, new_counted, operator_text
 from .contract import (
     ABOUT_PACKED_UUID,
     CALL_HASH_END,
@@ -228,17 +228,13 @@ def _fixed(
 HALT_KINDS: tuple[HaltKind, ...] = ("repeat", "cycle", "block", "kill")
 
 
-def _no_nul(text: str, limit: int) -> bytes:
-    return _utf8(text.replace("\0", "")[:limit])
-
-
 def encode_halt(halt: Halt) -> bytes:
     """The field x of a halted session (and the value of the fleet's halt-all key): contract.HALT_PARTS joined
     by NUL bytes; who and reason without NUL and bounded (WHO_CHARS, REASON_CHARS), the tool last."""
     return b"\0".join((
         b"%d" % round(halt.since * 1000), halt.kind.encode("ascii"), b"%d" % halt.count, b"%d" % halt.limit,
-        _utf8(halt.hash_prefix[:2 * PREFIX_BYTES]), _no_nul(halt.who, WHO_CHARS),
-        _no_nul(halt.reason, REASON_CHARS), _cut(halt.tool_name, TOOL_BYTES),
+        _utf8(halt.hash_prefix[:2 * PREFIX_BYTES]), _utf8(operator_text(halt.who, WHO_CHARS)),
+        _utf8(operator_text(halt.reason, REASON_CHARS)), _cut(halt.tool_name, TOOL_BYTES),
     ))
 
 
@@ -378,7 +374,7 @@ def decode_reply(reply: object, repeats: int = 0) -> Counted:
             reply, cycle = _decode_cycle(reply, repeats)
     if not isinstance(reply, int) or isinstance(reply, bool) or reply < REPLY_COUNT:
         raise ScriptReplyError(f"unexpected reply from the brake script: {type(reply).__name__}")
-    return Counted(reply >> REPLY_COUNT_SHIFT, bool(reply & REPLY_REPLAYED), cycle, facts)
+    return new_counted(Counted, (reply >> REPLY_COUNT_SHIFT, bool(reply & REPLY_REPLAYED), cycle, facts, None))
 
 
 
