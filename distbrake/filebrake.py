@@ -20,7 +20,7 @@ from .core import PreparedCall, SessionState, SyncCheck, Verdict
 from .killswitch import FileSwitch, Stop
 from .model import Halt
 from .operator import KillState, OperatorMixin
-from .rules import result_digest
+from .rules import call_failed, result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .streakfile import Row, StreakFile
 
@@ -61,7 +61,7 @@ class FileBrake(OperatorMixin, SyncCheck):
             if call.rules.progress:
                 self.store.observe(call.session_id, call.digest, call.call_id, result_digest(result))
             if call.rules.max_failures is not None:
-                failed = isinstance(result, BaseException) if failed is None else failed
+                failed = call_failed(result, failed)
                 self.store.fail(call.session_id, call.tool_name, call.call_id, failed)
 
     def inspect(self, session_id: str) -> SessionState | None:

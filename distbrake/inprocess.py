@@ -19,7 +19,7 @@ from .core import PreparedCall, SessionState, SyncCheck, Verdict
 from .killswitch import KillSwitch, Stop
 from .model import Counted, Halt, Rules, Streak, check, fail, observe
 from .operator import KillState, OperatorMixin
-from .rules import result_digest
+from .rules import call_failed, result_digest
 from .settings import BrakeOptions, BrakeSettings, load_settings
 from .telemetry.build import build_telemetry
 from .telemetry.health import Healthy
@@ -133,7 +133,7 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
             if call.rules.progress:
                 self.observe_digest(call, result_digest(result))
             if call.rules.max_failures is not None:
-                self.observe_failure(call, isinstance(result, BaseException) if failed is None else failed)
+                self.observe_failure(call, call_failed(result, failed))
 
     def decide(self, call: PreparedCall) -> Verdict:
         """Count `call` in this process and judge it."""

@@ -38,7 +38,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 from .errors import InvalidMaxRepeatsError, UnsupportedArgumentsError
 from .identity import canonical_json
 
-__all__ = ["ToolRules", "normalize_max_repeats", "result_digest", "strip_fields", "warning_text"]
+__all__ = ["ToolRules", "call_failed", "normalize_max_repeats", "result_digest", "strip_fields", "warning_text"]
 
 
 def normalize_max_repeats(value: object, source: str = "max_repeats") -> int:
@@ -142,6 +142,12 @@ def result_digest(result: object) -> bytes:
         except (UnsupportedArgumentsError, TypeError, ValueError):
             text = f"{type(result).__name__}:{result}"
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8]
+
+
+def call_failed(result: object, failed: bool | None) -> bool:
+    """Whether an observed call failed (max_failures): `failed` when the caller says (an MCP isError, a
+    framework's tool error), else whether `result` is a raised exception."""
+    return isinstance(result, BaseException) if failed is None else failed
 
 
 def strip_fields(args: Any, paths: tuple[tuple[str, ...], ...]) -> Any:

@@ -20,7 +20,7 @@ from ..model import Halt
 from ..operator import KillState, kill_key, ttl_ms
 from ..policy import NO_TRY, FailureHandler
 from ..redis_errors import REDIS_FAILURES, classify, is_pool_wait
-from ..rules import result_digest
+from ..rules import call_failed, result_digest
 from ..settings import DEFAULT_URL, BrakeOptions, BrakeSettings, load_settings
 from ..telemetry.build import build_telemetry
 from ..telemetry.health import Healthy
@@ -179,7 +179,7 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         if call.rules.progress:
             sent.append(encode_call(call, prefix, ttl, window, result=result_digest(result), head=head))
         if call.rules.max_failures is not None:
-            failure = isinstance(result, BaseException) if failed is None else failed
+            failure = call_failed(result, failed)
             sent.append(encode_call(call, prefix, ttl, window, head=head, failed=failure))
         return sent
 
