@@ -82,7 +82,7 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
             if records and next(iter(records.values())).expires_at <= now:
                 self._expire(now)
             record = records.get(session)
-            if record is not None and record.expires_at <= now:  # a block's own TTL may end before others'
+            if record is not None and record.expires_at <= now:  # `_live_record`, inline on the check's path
                 del records[session]
                 record = None
             if record is None:
@@ -156,12 +156,21 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
         self._expire(now)
         return ((session, record) for session, record in self._records.items() if record.expires_at > now)
 
+    def _live_record(self, session_id: str, now: float) -> _Record | None:
+        """The session's record unless expired (under the lock; an expired one is dropped): a block's own TTL
+        may end before the records after it in the order `_expire` trims."""
+        record = self._records.get(session_id)
+        if record is not None and record.expires_at <= now:
+            del self._records[session_id]
+            return None
+        return record
+
     def inspect(self, session_id: str) -> SessionState | None:
         now = self._clock()
         with self._lock:
             self._expire(now)
-            record = self._records.get(session_id)
-            return None if record is None or record.expires_at <= now else self._state(session_id, record, now)
+            record = self._live_record(session_id, now)
+            return None if record is None else self._state(session_id, record, now)
 
     def clear(self, session_id: str) -> bool:
         with self._lock:
@@ -194,8 +203,8 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
     def _block_one(self, target: str, session_id: str | None, halt: Halt, ttl: float | None) -> bool:
         now = self._clock()
         with self._lock:
-            record = self._records.get(target)
-            if record is None or record.expires_at <= now:
+            record = self._live_record(target, now)
+            if record is None:
                 record = self._records[target] = _Record(updated=halt.since)
             record.halt = halt
             record.expires_at = now + (self._ttl if ttl is None else ttl)
@@ -203,7 +212,7 @@ class LoopBrake(OperatorMixin, Healthy, GuardMixin, SyncCheck):
 
     def _unblock_one(self, session_id: str) -> bool:
         with self._lock:
-            record = self._records.get(session_id)
+            record = self._live_record(session_id, self._clock())
             if record is None or record.halt is None:
                 return False
             del self._records[session_id]

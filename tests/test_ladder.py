@@ -198,3 +198,12 @@ def test_the_kill_switchs_refusal_says_how_it_is_lifted() -> None:
     with pytest.raises(LoopBrakeHalt) as blocked:
         brake.check("t", 1, session_id="s")
     assert blocked.value.halt_rule == "block" and "(distbrake unblock)" in str(blocked.value)
+
+
+def test_unblocking_a_block_that_expired_lifts_nothing() -> None:
+    clock = Clock()
+    brake = LoopBrake(3, clock=clock)
+    assert brake.block("s", ttl_seconds=10) == 1
+    clock.now += 11  # the block's own TTL ended: as on Redis, there is nothing left to lift
+    assert brake.unblock("s") == 0
+    assert outcome(brake, "t", 1) == "ok"
