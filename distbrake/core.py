@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from .errors import BrakeUnavailableError, LoopBrakeError, LoopBrakeHalt, MissingSessionError
 from .identity import call_hash, hash_prefix
 from .killswitch import KillSwitch
-from .model import ALLOWED, WARNED, Counted, Cycle, Halt, Rules, judge
+from .model import ALLOWED, WARNED, Counted, Cycle, Halt, HaltKind, Rules, judge
 from .rules import strip_fields, warning_text
 from .session import DEFAULT_SESSION, find_session, resolve_call_id
 from .settings import BrakeSettings
@@ -231,12 +231,10 @@ class BrakeCore:
                 replayed=replayed, decided_by=decided_by, would_deny=True, observe_token=token,
             )
         if rule == "halt":
-            by_count = rules.halt_at is not None and count >= rules.halt_at
-            halted = Halt(
-                "repeat" if by_count or cycle is None else "cycle", time.time(), call.tool_name, count,
-                (rules.halt_at or 0) if by_count or cycle is None else self.settings.cycle_halt_repeats or 0,
-                prefix,
-            )
+            by_count = cycle is None or (rules.halt_at is not None and count >= rules.halt_at)
+            kind: HaltKind = "repeat" if by_count else "cycle"
+            limit = (rules.halt_at or 0) if by_count else self.settings.cycle_halt_repeats or 0
+            halted = Halt(kind, time.time(), call.tool_name, count, limit, prefix)
             raise halt_error(halted, call.tool_name, call.session_id, rules.max_repeats, decided_by)
         if rule == "cycle" and cycle is not None:
             raise LoopBrakeError(
