@@ -69,7 +69,7 @@ async def test_a_scripted_sequence_yields_exactly_its_counts(
     metrics = OtelMetrics() if exporter == "otel" else PrometheusMetrics()
     called: list[str] = []
     brake = build(
-        flavour, server.url, warn_at=2, exempt_tools=["clock"], timeout_seconds=1.0, retry_after_seconds=0.05,
+        flavour, server.url, warn_at=2, exempt_tools=["clock"], timeout_seconds=5.0, retry_after_seconds=0.05,
         on_degraded=lambda error: called.append(f"degraded:{type(error).__name__}"),
         on_recovered=lambda: called.append("recovered"), **metrics.options,
     )
