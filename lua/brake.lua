@@ -13,7 +13,7 @@ ARGV[MODE]      what is asked: MODE_CHECK ('c', a check or a run), MODE_CYCLES (
                 the cycle rule on, never a run), MODE_LADDER ('l', a check with the ladder's rules, never a
                 run), MODE_OBSERVE ('o', an observation, see below), MODE_FAILED ('f', a failure
                 observation), MODE_BLOCK ('b', an operator's block) or MODE_UNBLOCK ('u', lift a halt)
-ARGV[LIMIT]     max_repeats for this tool, an integer >= 1
+ARGV[LIMIT]     max_repeats for this tool, an integer >= 1 (read by MODE_LADDER only)
 ARGV[TTL]       ttl in milliseconds
 ARGV[ABOUT]     for inspection only: one byte holding the tool name's length (plus ABOUT_PACKED_UUID,
                 128, when the session id's UUIDs are packed: a zero byte and 16 bytes each), the tool
@@ -44,7 +44,7 @@ A failure observation (MODE_FAILED, after a call of a tool with max_failures ran
 failed) adds one to the tool's failures in a row in f<tool> (the same call id twice counts once), '0'
 (it succeeded) empties f<tool> (when it holds a failure). Ignored (OBSERVE_IGNORED) when the session has no record or is halted.
 
-A halted session (h ends with HALTED, '!', after the count: "5!") is refused before anything: a check
+A halted session (h ends with HALTED, '!': "5/3!") is refused before anything: a check
 (any mode, a run too) gets {REPLY_HALTED, x}, nothing counted, nothing written, the TTL not refreshed (a
 halt lasts its TTL from the moment it was set); an observation is ignored. It is halted by a check in
 MODE_LADDER (below) or by an operator: MODE_BLOCK appends HALTED to h (or writes h = 16 zero bytes |
@@ -68,9 +68,9 @@ MODE_CHECK (or MODE_CYCLES with cycles on) instead: the ladder has nothing to ju
 The record's fields (packed: every byte of every session counts):
   h (FIELD_STREAK)  call hash (to H_HASH_END: 16 bytes) | last call id (to H_LAST_END) |
                     previous call id (to H_PREVIOUS_END) | ttl in milliseconds (to H_TTL_END) |
-                    the count, in decimal, to the end
+                    the count, in decimal | H_JUDGED_MARK ('/') | ARGV[JUDGED] of the last check (the limit,
+                    warn_at and enforcement the fleet judged it by): "<31 bytes>5/3"
   s (FIELD_ABOUT)   ARGV[ABOUT] of the check that started the streak
-  j (FIELD_JUDGED)  ARGV[JUDGED] of the last check (the limit, warn_at and enforcement the fleet judged it by)
   r (FIELD_RESULT)  progress-aware tools only: 4 bytes of the call hash | 8 bytes of the last result's digest
   c (FIELD_RING)    sessions checked with cycles on only: the period of the cycle the last call completed and
                     of the one the previous call completed (a byte each, 0: none) | one byte n | the ring: the
@@ -85,8 +85,10 @@ The record's fields (packed: every byte of every session counts):
                     (empty after a success)
   n<tool>           max_calls only: the tool's counted calls in the session, decimal (<tool>: as in ARGV[ABOUT])
 Ladder rules off, an unhalted session's record is what it was before them (no field more).
-The layout did not change when the mode argument came (only ARGV did): records of the previous version are read
-as they are.
+Records of earlier versions are read as they are, and their streaks go on: their h ends with the count (no
+H_JUDGED_MARK; the count is read up to the first byte that is not a digit), and a field j (FIELD_JUDGED in
+contract.py) held ARGV[JUDGED], which `inspect` reads when h has none. The script never writes j: a streak
+that goes on writes one field, h.
 
 The time of the last check is the key's expiry, set by Redis's own clock,
 minus the ttl kept in h: `inspect` reads it back with TIME and PTTL, and the
@@ -117,10 +119,11 @@ of p calls (2 <= p <= ARGV[LONGEST], the shortest first) that are not all the sa
 call completes a cycle; denied calls enter the ring too, so a call that goes on
 with the cycle completes it again. A replay gets the cycle answer its call got.
 
-Returns one integer for the run's last call: count * REPLY_COUNT (4) + REPLY_DENIED (2) when
-denied + REPLY_REPLAYED (1) when a replay; the earlier calls of a run have the counts just below
-it. A call that completes a cycle gets an array instead (CYCLE_REPLY): that integer (denied there
-means the streak rule's denial), the period p, the cycle's p ring entries (RING_ENTRY bytes each,
+Returns one integer for the run's last call: count * REPLY_COUNT (4) + REPLY_REPLAYED (1) when a
+replay; the earlier calls of a run have the counts just below it. The script counts; the client's
+rule model judges the count (max_repeats, warn_at, shadow mode), so a check's reply says nothing of
+a denial and ARGV[LIMIT] is read by the ladder alone. A call that completes a cycle gets an array
+instead (CYCLE_REPLY): that integer, the period p, the cycle's p ring entries (RING_ENTRY bytes each,
 as hex: a client that decodes replies as text reads them too, in order, ending with this call)
 and their p tools (length byte and name each).
 ]]
@@ -130,12 +133,12 @@ local RESULT, LONGEST, REPEATS, LADDER, HALT_INFO = 8, 8, 9, 10, 1
 local MODE_CHECK, MODE_CYCLES, MODE_OBSERVE, MODE_LADDER = 'c', 'y', 'o', 'l'
 local MODE_FAILED, MODE_BLOCK, MODE_UNBLOCK = 'f', 'b', 'u'
 local CALL_HASH_END, CALL_TTL_END, ID_BYTES = 16, 21, 5
-local H_HASH_END, H_LAST_END, H_PREVIOUS_END, H_TTL_END = 16, 21, 26, 31
+local H_HASH_END, H_LAST_END, H_PREVIOUS_END, H_TTL_END, H_JUDGED_MARK = 16, 21, 26, 31, '/'
 local R_HASH_END, RING_ENTRY, ABOUT_PACKED_UUID = 4, 6, 128
-local FIELD_STREAK, FIELD_ABOUT, FIELD_JUDGED, FIELD_RESULT, FIELD_RING = 'h', 's', 'j', 'r', 'c'
+local FIELD_STREAK, FIELD_ABOUT, FIELD_RESULT, FIELD_RING = 'h', 's', 'r', 'c'
 local FIELD_HALT, FIELD_ONCE, FIELD_FAILURES, FIELD_CALLS = 'x', 'o', 'f', 'n'
 local HALTED, HALTED_BYTE, ONCE_HASH, ONCE_ENTRY, ONCE_ENTRIES = '!', 33, 8, 17, 64
-local REPLY_COUNT, REPLY_DENIED, REPLY_REPLAYED, REPLY_HALTED = 4, 2, 1, 0
+local REPLY_COUNT, REPLY_REPLAYED, REPLY_HALTED = 4, 1, 0
 local OBSERVE_IGNORED, OBSERVE_RECORDED, OBSERVE_RESTARTED = 0, 1, 2
 local NO_ID = '\0\0\0\0\0'  -- ID_BYTES zero bytes: no call id
 
@@ -156,8 +159,9 @@ if mode ~= MODE_CHECK then
     end
     local mine = sub(call, 1, R_HASH_END) .. ARGV[RESULT]
     if seen and sub(seen, 1, R_HASH_END) == sub(call, 1, R_HASH_END) and seen ~= mine then
+      local mark = find(record, H_JUDGED_MARK, H_TTL_END + 1, true)
       rcall('HSET', key, FIELD_STREAK, sub(record, 1, H_LAST_END) .. NO_ID
-        .. sub(record, H_PREVIOUS_END + 1, H_TTL_END) .. '1', FIELD_RESULT, mine)
+        .. sub(record, H_PREVIOUS_END + 1, H_TTL_END) .. '1' .. (mark and sub(record, mark) or ''), FIELD_RESULT, mine)
       return OBSERVE_RESTARTED
     end
     rcall('HSET', key, FIELD_RESULT, mine)
@@ -225,14 +229,16 @@ end
 -- The common path (a check, cycles off) makes as few strings as it can: each one costs the server.
 local size = #call
 -- ARGV[CALL] is CALL_TTL_END + ID_BYTES * k bytes (floor: an integer on Lua 5.3+ too)
-local k = math.floor((size - CALL_TTL_END) / ID_BYTES)
+local k = 1
+if size > CALL_TTL_END + ID_BYTES then
+  k = math.floor((size - CALL_TTL_END) / ID_BYTES)
+end
 local last = sub(call, size - ID_BYTES + 1)
-local limit = tonumber(ARGV[LIMIT])
 local hash = sub(call, 1, CALL_HASH_END)
 local record, ring
 local name_list, cycle_reply, parse_ring, period_of
 -- ARGV[LADDER]: halt_at, cycle_halt_repeats, once, max_failures, max_calls, enforce (0: off), in decimal
-local halt_at, halt_repeats, once, max_failures, max_calls, enforce
+local halt_at, halt_repeats, once, max_failures, max_calls, enforce, limit
 local once_list, failed, calls, tool  -- MODE_LADDER: the fields o, f<tool> and n<tool>, and the tool
 if plain then
   record = rcall('HGET', key, FIELD_STREAK)
@@ -243,6 +249,7 @@ else
     halt_at, halt_repeats, once = tonumber(halt_at), tonumber(halt_repeats), tonumber(once)
     max_failures, max_calls, enforce = tonumber(max_failures), tonumber(max_calls), tonumber(enforce)
     tool = sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)
+    limit = tonumber(ARGV[LIMIT])
   end
   if ladder and (cycles or once > 0 or max_failures > 0 or max_calls > 0) then
     local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_RING, FIELD_ONCE, FIELD_FAILURES .. tool,
@@ -312,13 +319,21 @@ else
 end
 local stored = nil  -- the record's count when it holds this call's streak
 if record then
-  if find(record, hash, 1, true) == 1 then
-    stored = tonumber(sub(record, H_TTL_END + 1))  -- nil for a halted record ("5!")
-  end
-  -- A halted session (h ends with HALTED): refused, nothing counted or written, the TTL left as it is. (Tested
-  -- only when the record does not go on with this call's streak: a streak that goes on costs nothing more.)
-  if not stored and byte(record, -1) == HALTED_BYTE then
+  -- A halted session (h ends with HALTED): refused, nothing counted or written, the TTL left as it is.
+  if byte(record, -1) == HALTED_BYTE then
     return {REPLY_HALTED, rcall('HGET', key, FIELD_HALT) or ''}
+  end
+  if find(record, hash, 1, true) == 1 then
+    -- the count's digits, up to H_JUDGED_MARK (or the end, in a record of an older version): read byte by
+    -- byte, as every string the script makes costs the server more than a few bytes read
+    stored = 0
+    for at = H_TTL_END + 1, #record do
+      local digit = byte(record, at) - 48
+      if digit < 0 or digit > 9 then
+        break
+      end
+      stored = stored * 10 + digit
+    end
   end
 end
 local n = 0
@@ -341,9 +356,6 @@ if stored then
     if ttl - rcall('PTTL', key) <= tonumber(ARGV[WINDOW]) then
       rcall('PEXPIRE', key, ARGV[TTL])
       local code = again * REPLY_COUNT + REPLY_REPLAYED
-      if again >= limit then
-        code = code + REPLY_DENIED
-      end
       reply = code
       if cycles then
         local periods, entries, tools = parse_ring()
@@ -393,30 +405,22 @@ if not replayed then
             again = id == newest and c or c - 1
           end
         end
-        local code
         if again then
-          code = again * REPLY_COUNT + REPLY_REPLAYED
-          if again >= limit then
-            code = code + REPLY_DENIED
-          end
+          replies[#replies + 1] = again * REPLY_COUNT + REPLY_REPLAYED
         else
           c, older, newest, counted, fresh = c + 1, newest, id, true, true
-          code = c * REPLY_COUNT
-          if c >= limit then
-            code = code + REPLY_DENIED
-          end
+          replies[#replies + 1] = c * REPLY_COUNT
         end
-        replies[#replies + 1] = code
       end
       if counted then
-        local fields = hash .. newest .. older .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. c
+        local fields = hash .. newest .. older .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. c .. H_JUDGED_MARK
+          .. ARGV[JUDGED]
         if n == 0 and record and byte(ARGV[JUDGED], -1) == 112 then
-          rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT],
-            FIELD_RESULT, '')
+          rcall('HSET', key, FIELD_STREAK, fields, FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '')
         elseif n == 0 then
-          rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
+          rcall('HSET', key, FIELD_STREAK, fields, FIELD_ABOUT, ARGV[ABOUT])
         else
-          rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
+          rcall('HSET', key, FIELD_STREAK, fields)
         end
       end
       rcall('PEXPIRE', key, ARGV[TTL])
@@ -427,20 +431,18 @@ if not replayed then
   if k > 1 then
     before = sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
   end
-  local fields = hash .. last .. before .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. count
+  local fields = hash .. last .. before .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. count .. H_JUDGED_MARK
+    .. ARGV[JUDGED]
   local code = count * REPLY_COUNT
-  if count >= limit then
-    code = code + REPLY_DENIED
-  end
   local renew = n == 0 and record and byte(ARGV[JUDGED], -1) == 112  -- "p": a progress-aware tool
   if not cycles then
     if renew then
       -- a progress-aware call starts a streak: no result of this streak yet (r emptied, never compared)
-      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '')
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '')
     elseif n == 0 then
-      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT])
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_ABOUT, ARGV[ABOUT])
     else
-      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED])
+      rcall('HSET', key, FIELD_STREAK, fields)
     end
     rcall('PEXPIRE', key, ARGV[TTL])
     if not ladder then
@@ -470,12 +472,11 @@ if not replayed then
     period = period_of(entries, longest, repeats)
     local c = char(period, byte(periods, 1), #entries / RING_ENTRY) .. entries .. tools
     if renew then
-      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '',
-        FIELD_RING, c)
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_ABOUT, ARGV[ABOUT], FIELD_RESULT, '', FIELD_RING, c)
     elseif n == 0 then
-      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_ABOUT, ARGV[ABOUT], FIELD_RING, c)
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_ABOUT, ARGV[ABOUT], FIELD_RING, c)
     else
-      rcall('HSET', key, FIELD_STREAK, fields, FIELD_JUDGED, ARGV[JUDGED], FIELD_RING, c)
+      rcall('HSET', key, FIELD_STREAK, fields, FIELD_RING, c)
     end
     rcall('PEXPIRE', key, ARGV[TTL])
     reply = code

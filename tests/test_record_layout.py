@@ -94,7 +94,7 @@ def test_the_script_keeps_integer_counts_on_lua_5_4() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "FAKEREDIS_LUA_VERSION": "5.4"}, timeout=60)
-    assert out.stdout.split() == ["2", "2", "4", "4", "True", "17", "1", "True"]
+    assert out.stdout.split() == ["2/3", "2", "4", "4", "True", "17", "1", "True"]  # "2/3": the count, judged by 3
 
 
 def redis_py_packs(key: str, argv: tuple[bytes | int, ...]) -> bytes:
@@ -164,7 +164,9 @@ def test_the_lua_header_is_the_twin_of_contract_py() -> None:
     for name, value in lua.items():
         mine = getattr(contract, name)
         assert (mine.decode("latin-1") if isinstance(mine, bytes) else mine) == value, name
-    python_only = {"FIELDS", "CYCLE_REPLY", "LADDER_REPLY", "HALT_PARTS", "REPLY_COUNT_SHIFT", "RESULT_BYTES"}
+    python_only = {
+        "FIELDS", "FIELD_JUDGED", "CYCLE_REPLY", "LADDER_REPLY", "HALT_PARTS", "REPLY_COUNT_SHIFT", "RESULT_BYTES",
+    }
     assert set(contract.__all__) - python_only == set(lua)
     assert "argc" not in text and "#ARGV" not in text  # the mode argument says what is asked, not a count
 
@@ -172,10 +174,10 @@ def test_the_lua_header_is_the_twin_of_contract_py() -> None:
 @pytest.mark.parametrize("ladder", [{}, {"halt_at": 4, "tools": {"search": {"once": True, "max_calls": 5}}}])
 @pytest.mark.parametrize("where", ["redis", "memory"])
 def test_a_record_of_the_previous_script_version_goes_on(where: str, redis_url: str, ladder: dict[str, object]) -> None:
-    """The layout of the record did not change with the mode argument, nor with the ladder: a record as the
-    previous version of the script wrote it (field h: call hash 16 | last call id 5 | previous call id 5 | ttl 5 |
-    count; s; j) is read by `inspect` and its streak continued by the next identical call (with the ladder's
-    rules on too: its fields start empty)."""
+    """A record as an earlier version of the script wrote it (field h: call hash 16 | last call id 5 | previous
+    call id 5 | ttl 5 | count, with no H_JUDGED_MARK; s; j) is read by `inspect` and its streak continued by the
+    next identical call (with the ladder's rules on too: its fields start empty); from then on h says what the
+    streak was judged by, and the stale j is not read."""
     url = redis_url if where == "redis" else f"memory://previous-{uuid.uuid4().hex}"
     with DistributedBrake.from_url(url, max_repeats=3, **ladder) as brake:  # type: ignore[arg-type]
         session, tool, args = "previous-version", "search", {"q": "paris"}
@@ -183,16 +185,19 @@ def test_a_record_of_the_previous_script_version_goes_on(where: str, redis_url: 
         record = {
             b"h": digest + b"\x01" * 5 + b"\x00" * 5 + (60_000).to_bytes(5, "big") + b"2",
             b"s": bytes([len(tool)]) + tool.encode() + session.encode(),
-            b"j": b"3",
+            b"j": b"5",  # judged by another limit than this brake's: `inspect` shows j's until h has its own
         }
         brake.client.hset(brake.key(session), mapping=record)
         brake.client.pexpire(brake.key(session), 60_000)
         state = brake.inspect(session)
         assert state is not None
-        assert (state.count, state.tool_name, state.session_id, state.max_repeats) == (2, tool, session, 3)
+        assert (state.count, state.tool_name, state.session_id, state.max_repeats) == (2, tool, session, 5)
         with pytest.raises(LoopBrakeError) as denied:
             brake.check(tool, args, session_id=session)
         assert denied.value.count == 3
+        assert brake.client.hget(brake.key(session), "h").endswith(b"3/3")
+        state = brake.inspect(session)
+        assert state is not None and (state.count, state.max_repeats) == (3, 3)
         brake.clear(session)
 
 

@@ -11,9 +11,9 @@ model.
 
 The record (one Redis hash per session) has these fields:
 
-    h  the streak: call hash | last call id | previous call id | ttl in milliseconds | the count in decimal
+    h  the streak: call hash | last call id | previous call id | ttl in milliseconds | the count in decimal |
+       H_JUDGED_MARK | ARGV[JUDGED] of the last check (the limit, warn_at and enforcement it was judged by)
     s  ARGV[ABOUT] of the check that started the streak (tool name and session id, for inspection)
-    j  ARGV[JUDGED] of the last check (the limit, warn_at and enforcement it was judged by)
     r  progress-aware tools only: 4 bytes of the call hash | the 8 bytes of the last result's digest
     c  cycles only: two period bytes | one count byte n | the ring (n entries) | the tools
     x  halted sessions only: why (HALT_PARTS joined by NUL bytes); h then ends with HALTED
@@ -22,9 +22,10 @@ The record (one Redis hash per session) has these fields:
              after a success)
     n<tool>  max_calls only: the tool's calls in the session, in decimal
 
-The record's layout is unchanged by the mode argument (which changed ARGV,
-and so the script's SHA, only): a record the previous version of the script
-wrote is read, and its streak continued, as it is.
+Records of earlier versions are read, and their streaks continued, as they
+are: their h ends with the count (no H_JUDGED_MARK), and ARGV[JUDGED] was in
+a field of its own, j (FIELD_JUDGED), which `inspect` reads when h has none;
+the script no longer writes j, so a streak that goes on writes one field.
 
 A mixed-version fleet. The record carries no version byte: each worker loads
 its own script by SHA (a script's arguments go only from a worker to its own
@@ -36,9 +37,12 @@ of `s` (ABOUT_PACKED_UUID) mis-read the tool and session of a record whose
 session id holds a UUID. Older writers ignore `c` (the calls they count never
 enter the cycle ring) and `r` (a tool is progress-aware only on newer workers),
 and take a repeated call id for a replay however late it comes, so a host that
-reuses `call_0` every turn is braked only by newer workers. Counts and denials
+reuses `call_0` every turn is braked only by newer workers. Writers from before
+H_JUDGED_MARK read no count in an `h` that holds one ("5/3"): they start the
+streak afresh, so while a session's checks alternate between old and new
+workers its streak restarts (roll a fleet forward quickly). Counts and denials
 are otherwise the same. The ladder needs every worker on its version: an older
-writer reads no count in a halted `h` ("5!"), starts the streak afresh and so
+writer reads no count in a halted `h` ("5/3!"), starts the streak afresh and so
 lifts the halt, and ignores `o`, `f<tool>` and `n<tool>`; an older reader lists
 no halted session (its `h` is not a record to it).
 """
@@ -48,18 +52,18 @@ from __future__ import annotations
 __all__ = [
     "ABOUT", "ABOUT_PACKED_UUID", "CALL", "CALL_HASH_END", "CALL_TTL_END", "CYCLE_REPLY", "FIELDS", "FIELD_ABOUT",
     "FIELD_CALLS", "FIELD_FAILURES", "FIELD_HALT", "FIELD_JUDGED", "FIELD_ONCE", "FIELD_RESULT", "FIELD_RING",
-    "FIELD_STREAK", "HALTED", "HALTED_BYTE", "HALT_INFO", "HALT_PARTS", "H_HASH_END", "H_LAST_END",
+    "FIELD_STREAK", "HALTED", "HALTED_BYTE", "HALT_INFO", "HALT_PARTS", "H_HASH_END", "H_JUDGED_MARK", "H_LAST_END",
     "H_PREVIOUS_END", "H_TTL_END", "ID_BYTES", "JUDGED", "LADDER", "LADDER_REPLY", "LIMIT", "LONGEST", "MODE",
     "MODE_BLOCK", "MODE_CHECK", "MODE_CYCLES", "MODE_FAILED", "MODE_LADDER", "MODE_OBSERVE", "MODE_UNBLOCK",
     "NO_ID", "OBSERVE_IGNORED", "OBSERVE_RECORDED", "OBSERVE_RESTARTED", "ONCE_ENTRIES", "ONCE_ENTRY", "ONCE_HASH",
-    "REPEATS", "REPLY_COUNT", "REPLY_COUNT_SHIFT", "REPLY_DENIED", "REPLY_HALTED", "REPLY_REPLAYED", "RESULT",
+    "REPEATS", "REPLY_COUNT", "REPLY_COUNT_SHIFT", "REPLY_HALTED", "REPLY_REPLAYED", "RESULT",
     "RESULT_BYTES", "RING_ENTRY", "R_HASH_END", "TTL", "WINDOW",
 ]
 
 # -- the record's fields ------------------------------------------------------------------------------
 FIELD_STREAK = b"h"
 FIELD_ABOUT = b"s"
-FIELD_JUDGED = b"j"
+FIELD_JUDGED = b"j"  # records of earlier versions only (read by `inspect`, never written): ARGV[JUDGED]
 FIELD_RESULT = b"r"
 FIELD_RING = b"c"
 FIELD_HALT = b"x"  # halted sessions: why (HALT_PARTS); every check is refused while h ends with HALTED
@@ -68,7 +72,7 @@ FIELD_FAILURES = b"f"  # + the tool name (as in s): max_failures' count of the t
 FIELD_CALLS = b"n"  # + the tool name (as in s): max_calls' count of the tool
 FIELDS = (FIELD_ABOUT, FIELD_STREAK, FIELD_JUDGED, FIELD_HALT)  # what `inspect` reads (HMGET), in this order
 
-# A halted session: h ends with this byte (after the count: "5!"); an operator's block of a session without a
+# A halted session: h ends with this byte ("5/3!"); an operator's block of a session without a
 # record writes h = 16 zero bytes | NO_ID | NO_ID | ttl | "0!". The field x is HALT_PARTS joined by NUL bytes:
 # since (Unix milliseconds), kind (b"repeat", b"cycle", b"block"), count, limit, the hash prefix (12 hex),
 # who, reason (no NUL in either), then the tool (last: it may hold anything).
@@ -86,7 +90,8 @@ ONCE_ENTRIES = 64
 H_HASH_END = 16  # the call hash (16 bytes)
 H_LAST_END = 21  # the last call id (5 bytes)
 H_PREVIOUS_END = 26  # the previous call id of the streak (5 bytes; zeros when none)
-H_TTL_END = 31  # the ttl in milliseconds, 5 bytes big-endian; then the count in decimal to the end
+H_TTL_END = 31  # the ttl in milliseconds, 5 bytes big-endian; then the count in decimal
+H_JUDGED_MARK = b"/"  # after the count: ARGV[JUDGED] follows (to the end, or to HALTED)
 
 # Field r: the last result of a progress-aware tool's streak.
 R_HASH_END = 4  # the first 4 bytes of the call hash; then the result's digest
@@ -129,12 +134,12 @@ MODE_BLOCK = b"b"  # an operator's block of one session (ARGV[HALT_INFO], ARGV[T
 MODE_UNBLOCK = b"u"  # lift a halt: the record is deleted (reply 1), only when the session is halted (else 0)
 
 # -- replies ----------------------------------------------------------------------------------------------
-# A check: count << REPLY_COUNT_SHIFT | REPLY_DENIED when denied | REPLY_REPLAYED when a replay; for a run,
+# A check: count << REPLY_COUNT_SHIFT | REPLY_REPLAYED when a replay (the script counts, the rule model judges
+# the count: no reply says whether a check is denied); for a run,
 # the run's last call's (the earlier calls have the counts just below it). A check that completes a cycle
 # gets an array instead, its items in the order of CYCLE_REPLY.
 REPLY_COUNT = 4
 REPLY_COUNT_SHIFT = REPLY_COUNT.bit_length() - 1  # (Python only: a reply's count is reply >> 2)
-REPLY_DENIED = 2
 REPLY_REPLAYED = 1
 CYCLE_REPLY = ("code", "period", "hashes", "tools")  # hashes: RING_ENTRY bytes each, as hex
 # A check of a halted session: an array (REPLY_HALTED, the field x); nothing was counted.

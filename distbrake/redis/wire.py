@@ -26,6 +26,7 @@ from .contract import (
     CALL_HASH_END,
     CALL_TTL_END,
     FIELDS,
+    H_JUDGED_MARK,
     H_PREVIOUS_END,
     H_TTL_END,
     HALTED,
@@ -407,17 +408,20 @@ def _text(value: object) -> str:
 def decode_state(fields: Sequence[object], pttl_ms: object, now: float) -> SessionState | None:
     """A record's HMGET reply (s, h, j, x: contract.FIELDS), its PTTL and Redis's TIME as a `SessionState`.
 
-    None when there is no record (or the key is not one of ours). A record
-    without j (written by a version before it) has no limit of its own. A
-    halted one (h ends with HALTED) has its halt, read from x.
+    None when there is no record (or the key is not one of ours). What the
+    streak was judged by follows the count in h (an earlier version's record
+    keeps it in j; one older still has no limit of its own). A halted one (h
+    ends with HALTED) has its halt, read from x.
     """
-    packed, record, judged, halt = (*fields, None, None)[:4]
+    packed, record, older_judged, halt = (*fields, None, None)[:4]
     if not isinstance(record, bytes):
         return None
     counted = record[H_TTL_END:]
     halted = counted.endswith(HALTED)
     if halted:
         counted = counted[:-1]
+    counted, marked, own = counted.partition(H_JUDGED_MARK)
+    judged = own if marked else older_judged
     if len(record) <= H_TTL_END or not counted.isdigit():
         return None
     field = packed if isinstance(packed, bytes) and packed else b"\x00"
