@@ -55,7 +55,7 @@ def _figure_value(value: float | None, unit: str) -> str:
 @click.option("--only", "only", multiple=True, metavar="FIGURE", type=click.Choice(list(STAGES)),
               help="Measure only this figure (repeatable).")
 @click.option("--pin-cpu", is_flag=True,
-              help="Pin the bench and a local server to one CPU for sync_check_raw (the state of a "
+              help="Pin the bench and a local server to one CPU for sync_check_raw and sync_check_wire (the state of a "
                    "busy machine, reproduced steadily).")
 @click.option("--cluster-url", metavar="URL", default=None,
               help="A redis+cluster:// URL for the Cluster figures (skipped without one).")
@@ -73,12 +73,14 @@ def bench_command(
     \b
     sync check vs redis-py EVALSHA `return 1`                    <= 1.2x
     sync check vs raw-socket EVALSHA `return 1` (--pin-cpu)      <= 1.6x
+    sync check vs its own bytes from a raw socket (--pin-cpu)    <= 1.3x
     async 64 tasks vs unpipelined / pipelined EVALSHA            >= 2x / 1x
     async 1 task vs unpipelined; 4096 tasks vs 64 tasks          >= 1x; 0.9x
-    Cluster async 64 tasks, sync 8 threads vs single node        >= 0.8x
+    Cluster async 64 tasks, sync 8 threads vs single node        >= 0.9x
     Redis memory per session, single node / Cluster              <= 240 / 265 B
     LoopBrake.check vs sha256(json.dumps(args, sort_keys))       <= 1.5x
     server cost per check, realistic path, vs return 1           >= 0.3x
+    the same vs a bare record script (read, write, TTL)          >= 0.8x
     OpenTelemetry on (SDK + reader) vs off: sync, async 64 tasks <= 1.1x each
 
     The memory figure writes N short-lived keys under a dedicated prefix and

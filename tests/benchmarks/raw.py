@@ -6,27 +6,31 @@
   With `--pin-cpu` the client and a local server share one CPU (the state
   of a busy machine, reproduced steadily); without, on an idle machine each
   round trip is dominated by CPU wake-ups, which hides the client's cost.
-  The note adds the same checks' bytes, encoded beforehand, written by the
-  raw socket: the script's own share, the least a check can take.
-* `server_cost`: the server's CPU time per `EVALSHA return 1` against per
-  check of the brake on the realistic path: 10,000 UUID sessions whose
-  streaks go on, each call with a fresh call id, so every check writes its
-  record. redis-benchmark cannot vary an argument's bytes per call, so the
-  load is ours: pre-encoded distinct checks (the bytes the brake sends)
-  written 16 per write on 4 connections, and the server's CPU time read
-  from INFO before and after. The figure is the ratio of the rates per
-  second of server CPU. The note adds the same checks sent to a script of
-  the record's three commands and no logic: the least this record can cost.
+* `sync_check_wire`: the same sync check against the same checks' bytes,
+  encoded beforehand and written by that raw socket: the script alone, no
+  client work at all, the least a check can take (pinned as above).
+* `server_cost` and `server_record`: the server's CPU time per check of the
+  brake on the realistic path (10,000 UUID sessions whose streaks go on,
+  each call with a fresh call id, so every check writes its record) against
+  per `EVALSHA return 1` (`server_cost`), and against the same checks sent
+  to a bare script that only reads the record, writes its three fields and
+  sets its TTL, with no logic (`server_record`: the least this record can
+  cost the server). redis-benchmark cannot vary an argument's bytes per
+  call, so the load is ours: pre-encoded distinct checks (the bytes the
+  brake sends) written 16 per write on 4 connections, and the server's CPU
+  time read from INFO before and after, the three loads in turn, round
+  after round. Each figure is a ratio of rates per second of server CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import statistics
 import uuid
-from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec
+from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, NamedTuple, ParamSpec
 
 from distbrake import BrakeSettings, DistributedBrake
 from distbrake.core import PreparedCall
@@ -37,7 +41,7 @@ from .floors import RawConnection, pinned, resp, server_pid, server_seconds_per_
 from .local import SMALL_ARGS, Figure, Step, no_step, paired_rounds, ratio_figure
 from .server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
 
-__all__ = ["server_cost", "sync_check_raw"]
+__all__ = ["server_cost", "server_record", "sync_check_raw", "sync_check_wire"]
 
 CONNECTIONS = 4
 DEPTH = 16
@@ -45,7 +49,9 @@ RAW_KINDS = ("redis", "unix")
 
 
 SYNC_RAW = ("sync_check_raw", "sync check vs raw-socket EVALSHA return 1")
+SYNC_WIRE = ("sync_check_wire", "sync check vs its own bytes from a raw socket")
 SERVER_COST = ("server_cost", "server cost, realistic path: script vs return 1")
+SERVER_RECORD = ("server_record", "server cost, realistic path: script vs bare record script")
 P = ParamSpec("P")
 Measure = Callable[Concatenate[BrakeSettings, P], Figure]
 
@@ -72,62 +78,88 @@ def sync_check_raw(
 ) -> Figure:
     """Median sync check vs the raw-socket `EVALSHA return 1` round trip, interleaved, per round."""
     key, name = SYNC_RAW
-    parsed = backend.parsed_url
-    prefix = f"bnch{uuid.uuid4().hex[:5]}"
-    brake = bench_brake(DistributedBrake, backend, prefix, timeout_seconds)
-    info = brake.client.info("server")
-    raw = RawConnection(parsed, timeout_seconds)
-    try:
-        sha = raw.call(resp("SCRIPT", "LOAD", FLOOR_SCRIPT)).decode("ascii")
-        floor_bytes = resp("EVALSHA", sha, 0)
-        session = f"bench-{uuid.uuid4()}"
-        call, check = raw.call, brake.check
+    with _raw_bench(backend, timeout_seconds) as (brake, raw, ours):
+        floor_bytes = resp("EVALSHA", raw.call(resp("SCRIPT", "LOAD", FLOOR_SCRIPT)).decode("ascii"), 0)
+        call = raw.call
 
         def floor(i: int) -> object:
             return call(floor_bytes)
 
-        def ours(i: int) -> object:
-            return check("search", SMALL_ARGS[i & 1], session_id=session)
+        with pinned(pin_cpu, server_pid(backend.parsed_url, brake.client.info("server"))) as how:
+            ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key, step=step)
+    return _round_medians(key, name, ours_r, floor_r, 1.6, how, backend)
 
-        # The same checks' bytes, encoded beforehand and written by the raw socket: what the script
-        # alone costs the round trip, with no client work at all (the least `ours` can be).
+
+@single_node(*SYNC_WIRE, "µs", "<= 1.3x")
+def sync_check_wire(
+    backend: BrakeSettings, *, rounds: int = 10, block: int = 500, warmup: int = 300,
+    timeout_seconds: float = 2.0, pin_cpu: bool = False, step: Step = no_step,
+) -> Figure:
+    """Median sync check vs the same checks' bytes, encoded beforehand, from the raw socket (the script
+    alone, no client work: what hashing, encoding, sending, reading and judging add), interleaved, per round."""
+    key, name = SYNC_WIRE
+    with _raw_bench(backend, timeout_seconds) as (brake, raw, ours):
         wire_session = f"bench-{uuid.uuid4()}"
         prepared = [brake.prepare("search", args, wire_session) for args in SMALL_ARGS]  # the tool's rules too
         encoded = [brake.encode(call)[2] for call in prepared if isinstance(call, PreparedCall)]
+        if len(encoded) != len(SMALL_ARGS):
+            return Figure(key, name, "µs", None, None, None, "<= 1.3x", None, "skipped: the tool is exempt here")
+        call = raw.call
 
-        def wire(i: int) -> object:
+        def floor(i: int) -> object:  # every check's bytes carry a fresh call id: each is counted, as ours are
             return call(encoded[i & 1])
 
-        wire_note = "n/a (the tool is exempt here)"
-        with pinned(pin_cpu, server_pid(parsed, info)) as how:
-            ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key, step=step)
-            if len(encoded) == len(SMALL_ARGS):
-                wire_r, wire_floor_r = paired_rounds(floor, wire, warmup=warmup, rounds=rounds, block=block,
-                                                     key=key, step=no_step)
-                wire_note = "%.2fx" % (statistics.median(statistics.median(t) for t in wire_r)  # as the figure's
-                                       / statistics.median(statistics.median(t) for t in wire_floor_r))
-        ours_m = [statistics.median(t) for t in ours_r]
-        floor_m = [statistics.median(t) for t in floor_r]
+        try:
+            with pinned(pin_cpu, server_pid(backend.parsed_url, brake.client.info("server"))) as how:
+                ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key,
+                                                step=step)
+        finally:
+            brake.clear(wire_session)
+    return _round_medians(key, name, ours_r, floor_r, 1.3, how, backend)
+
+
+@contextlib.contextmanager
+def _raw_bench(
+    backend: BrakeSettings, timeout_seconds: float,
+) -> Iterator[tuple[DistributedBrake, RawConnection, Callable[[int], object]]]:
+    """A brake and a raw connection to its server, and the brake's check of two small calls in turn (`ours`)."""
+    brake = bench_brake(DistributedBrake, backend, f"bnch{uuid.uuid4().hex[:5]}", timeout_seconds)
+    raw = RawConnection(backend.parsed_url, timeout_seconds)
+    session = f"bench-{uuid.uuid4()}"
+    check = brake.check
+
+    def ours(i: int) -> object:
+        return check("search", SMALL_ARGS[i & 1], session_id=session)
+
+    try:
+        yield brake, raw, ours
         brake.clear(session)
-        brake.clear(wire_session)
     finally:
         raw.close()
         brake.close()
+
+
+def _round_medians(
+    key: str, name: str, ours_r: list[list[float]], floor_r: list[list[float]], bound: float, how: str,
+    backend: BrakeSettings,
+) -> Figure:
+    """The median of each round's medians, ours and the floor's, as a figure (`bound`: its upper bound)."""
+    ours_m = [statistics.median(t) for t in ours_r]
+    floor_m = [statistics.median(t) for t in floor_r]
     ratios = sorted(o / f for o, f in zip(ours_m, floor_m, strict=True))
     return ratio_figure(
         key, name, "µs", statistics.median(ours_m) * 1e6, statistics.median(floor_m) * 1e6,
-        at_most=1.6, samples=rounds * block,
-        note=" ".join(filter(None, (f"{how}; median of {rounds} rounds' medians "
-                                    f"(ratios {ratios[0]:.2f}-{ratios[-1]:.2f}); the same checks' bytes "
-                                    f"encoded beforehand, from the raw socket (the script alone, no client "
-                                    f"work): {wire_note}", memory_note(backend)))),
+        at_most=bound, samples=sum(len(t) for t in ours_r),
+        note=" ".join(filter(None, (f"{how}; median of {len(ours_m)} rounds' medians "
+                                    f"(ratios {ratios[0]:.2f}-{ratios[-1]:.2f})", memory_note(backend)))),
     )
 
 
-# The commands a check needs on its record, and no logic: the least a script keeping this record can cost.
-COMMANDS_ONLY = """local key = KEYS[1]
+# The bare record script: what a check needs of its record (read it, write its three fields, set its TTL) and
+# no logic, sent the very ARGV of the brake's checks: the least a script keeping this record can cost.
+BARE_RECORD = """local key = KEYS[1]
 redis.call('HGET', key, 'h')
-redis.call('HSET', key, 'h', ARGV[1], 'j', ARGV[7])
+redis.call('HSET', key, 'h', ARGV[1], 's', ARGV[5], 'j', ARGV[7])
 redis.call('PEXPIRE', key, ARGV[4])
 return 4"""
 
@@ -147,13 +179,30 @@ def _checks(
     return out
 
 
-@single_node(*SERVER_COST, "req/s", ">= 0.3x")
-def server_cost(
-    backend: BrakeSettings, *, requests: int = 200_000, rounds: int = 5, timeout_seconds: float = 5.0,
-    step: Step = no_step,
-) -> Figure:
-    """The brake's checks (realistic path) per second of server CPU vs `EVALSHA return 1`, interleaved."""
-    key, name = SERVER_COST
+class ServerRates(NamedTuple):
+    """Rates per second of server CPU, the median of interleaved rounds: `EVALSHA return 1`, the brake's
+    realistic checks, and the same checks sent to the bare record script."""
+
+    floor: float
+    ours: float
+    bare: float
+    rounds: int
+    per_round: int
+
+
+_MEASURED: dict[tuple[str, int, int], ServerRates] = {}
+
+
+def server_rates(backend: BrakeSettings, requests: int, rounds: int, timeout_seconds: float) -> ServerRates:
+    """The three loads of `server_cost` and `server_record`, in turn, round after round (measured once per run
+    and server: both figures read the same rounds)."""
+    known = (backend.shown_url, requests, rounds)
+    if known not in _MEASURED:
+        _MEASURED[known] = _server_rates(backend, requests, rounds, timeout_seconds)
+    return _MEASURED[known]
+
+
+def _server_rates(backend: BrakeSettings, requests: int, rounds: int, timeout_seconds: float) -> ServerRates:
     parsed = backend.parsed_url
     prefix = f"bench{uuid.uuid4().hex[:4]}"
     bare_prefix = f"{prefix}b"  # the bare script's records: keys of their own
@@ -162,7 +211,7 @@ def server_cost(
     per_round = max(DEPTH * CONNECTIONS, requests // rounds)
     try:
         floor_sha = info.call(resp("SCRIPT", "LOAD", FLOOR_SCRIPT)).decode("ascii")
-        bare_sha = info.call(resp("SCRIPT", "LOAD", COMMANDS_ONLY)).decode("ascii")
+        bare_sha = info.call(resp("SCRIPT", "LOAD", BARE_RECORD)).decode("ascii")
         info.call(resp("SCRIPT", "LOAD", wire.script_source()))
         sessions = [str(uuid.uuid4()) for _ in range(SERVER_COST_SESSIONS)]
         digests = [uuid.uuid4().hex * 2 for _ in sessions]
@@ -171,33 +220,60 @@ def server_cost(
         server_seconds_per_call(connections, info, _checks(prefix, sessions, digests, len(sessions), 0), DEPTH)
         server_seconds_per_call(  # and so do the bare script's records
             connections, info, _checks(bare_prefix, sessions, digests, len(sessions), 0, bare_sha), DEPTH)
-        floors: list[float] = []
-        ourses: list[float] = []
-        bares: list[float] = []
+        rates: tuple[list[float], list[float], list[float]] = ([], [], [])
         done = len(sessions)
-        for index in range(rounds):
+        for _ in range(rounds):
             checks = _checks(prefix, sessions, digests, per_round, done)
             bare = _checks(bare_prefix, sessions, digests, per_round, done, bare_sha)
             done += per_round
-            floors.append(1 / server_seconds_per_call(connections, info, floor_calls, DEPTH))
-            ourses.append(1 / server_seconds_per_call(connections, info, checks, DEPTH))
-            bares.append(1 / server_seconds_per_call(connections, info, bare, DEPTH))
-            step(key, index + 1, rounds)
+            for load, out in zip((floor_calls, checks, bare), rates, strict=True):
+                out.append(1 / server_seconds_per_call(connections, info, load, DEPTH))
         _delete(parsed, prefix, timeout_seconds)
         _delete(parsed, bare_prefix, timeout_seconds)
     finally:
         for connection in (*connections, info):
             connection.close()
-    return ratio_figure(
-        key, name, "req/s", statistics.median(ourses), statistics.median(floors), at_least=0.3,
-        note=(f"per second of server CPU (INFO used_cpu_*): our raw-socket load, {DEPTH} pre-encoded "
-              f"commands per write on {CONNECTIONS} connections; {SERVER_COST_SESSIONS} UUID sessions, "
-              f"every check continuing its streak with a fresh call id; median of {rounds} alternating "
-              f"rounds of {per_round}; the same checks sent to a script of the record's three commands "
-              f"alone (HGET, HSET, PEXPIRE, no logic): {statistics.median(bares) / statistics.median(floors):.2f}x; "
-              f"keys under {prefix!r} and {bare_prefix!r} deleted"),
-        samples=rounds * per_round,
-    )
+    floor, ours, bare_rate = (statistics.median(out) for out in rates)
+    return ServerRates(floor, ours, bare_rate, rounds, per_round)
+
+
+SERVER_NOTE = ("per second of server CPU (INFO used_cpu_*): our raw-socket load, {depth} pre-encoded commands per "
+               "write on {connections} connections; {sessions} UUID sessions, every check continuing its streak with a "
+               "fresh call id; median of {rounds} rounds of {per_round}, the loads in turn")
+
+
+def _server_note(rates: ServerRates, extra: str) -> str:
+    return SERVER_NOTE.format(depth=DEPTH, connections=CONNECTIONS, sessions=SERVER_COST_SESSIONS,
+                              rounds=rates.rounds, per_round=rates.per_round) + "; " + extra
+
+
+@single_node(*SERVER_COST, "req/s", ">= 0.3x")
+def server_cost(
+    backend: BrakeSettings, *, requests: int = 200_000, rounds: int = 5, timeout_seconds: float = 5.0,
+    step: Step = no_step,
+) -> Figure:
+    """The brake's checks (realistic path) per second of server CPU vs `EVALSHA return 1`."""
+    key, name = SERVER_COST
+    rates = server_rates(backend, requests, rounds, timeout_seconds)
+    step(key, rounds, rounds)
+    return ratio_figure(key, name, "req/s", rates.ours, rates.floor, at_least=0.3, samples=rounds * rates.per_round,
+                        note=_server_note(rates, f"the bare record script: {rates.bare / rates.floor:.2f}x"))
+
+
+@single_node(*SERVER_RECORD, "req/s", ">= 0.8x")
+def server_record(
+    backend: BrakeSettings, *, requests: int = 200_000, rounds: int = 5, timeout_seconds: float = 5.0,
+    step: Step = no_step,
+) -> Figure:
+    """The brake's checks (realistic path) per second of server CPU vs the same checks sent to the bare record
+    script (HGET, HSET of the record's three fields, PEXPIRE: no logic)."""
+    key, name = SERVER_RECORD
+    rates = server_rates(backend, requests, rounds, timeout_seconds)
+    step(key, rounds, rounds)
+    per_check = ", ".join(f"{label} {1e6 / rate:.2f} µs" for label, rate in (
+        ("ours", rates.ours), ("bare", rates.bare), ("return 1", rates.floor)))
+    return ratio_figure(key, name, "req/s", rates.ours, rates.bare, at_least=0.8, samples=rounds * rates.per_round,
+                        note=_server_note(rates, f"server CPU per check: {per_check}"))
 
 
 def _delete(parsed: Any, prefix: str, timeout_seconds: float) -> None:
