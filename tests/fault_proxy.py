@@ -50,8 +50,8 @@ class _Link:
     closed: bool = False
 
     def close(self) -> None:
-        if self.closed:
-            return
+        # Every call closes both (closing a writer twice is a no-op): an upstream connected after the link
+        # was closed (a refuse() or close_connections() while it connected) is closed by the next call.
         self.closed = True
         for writer in (self.client, self.upstream):
             if writer is not None:
@@ -80,6 +80,7 @@ class FaultProxy(Managed):
         self._ready = threading.Event()
         self._started = False
         self._closed = False
+        self._stopping = False  # the proxy is closing: a connection accepted now is closed at once
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -101,11 +102,17 @@ class FaultProxy(Managed):
         return int(self._server.sockets[0].getsockname()[1])
 
     async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        # The listener is closed last, once no task is left. asyncio accepts a connection in two steps: the
+        # accept, then a task that wraps the socket in a transport and attaches it to the server. A server
+        # closed between the two fails that attach (Python 3.11: an AssertionError, swallowed by asyncio): the
+        # transport, never closed, outlives the loop and is collected in some later test, whose run it fails
+        # (ResourceWarning: unclosed transport, an unraisable exception). So the listener stays open while the
+        # tasks end (a connection accepted meanwhile is closed at once, see `_accept`), and is closed in the
+        # same step that found no task left (no accept can start without an await in between).
+        with self._lock:
+            self._stopping = True
         # Closed links end their tasks by themselves (EOF); cancel only what is left. Until no task is left: a
-        # connection accepted as the listener closed starts its task later, and a transport left open when the
-        # loop closes is collected in some later test, whose run it fails (an unraisable ResourceWarning).
+        # transport left open when the loop closes would also be collected in some later test.
         while tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
             for link in list(self._links):
                 link.close()
@@ -114,6 +121,7 @@ class FaultProxy(Managed):
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         if self._server is not None:
+            self._server.close()
             await self._server.wait_closed()
 
     def close(self) -> None:
@@ -190,10 +198,11 @@ class FaultProxy(Managed):
         with self._lock:
             self.connections += 1
             mode = self.mode
+            stopping = self._stopping
         link = _Link(writer)
         self._links.add(link)
         try:
-            if mode == "refuse":
+            if mode == "refuse" or stopping:
                 return
             if mode == "black_hole":
                 await self._swallow(reader)
@@ -201,6 +210,8 @@ class FaultProxy(Managed):
             try:
                 up_reader, link.upstream = await asyncio.open_connection(*self.upstream)
             except OSError:
+                return
+            if link.closed:  # closed while it connected (refuse(), close_connections()): the upstream too
                 return
             await asyncio.gather(
                 self._client_to_upstream(reader, link),
