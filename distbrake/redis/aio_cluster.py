@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from redis.crc import key_slot
-
 from .batch import read_replies, write_all
 from .topology import (
     CAREFUL,
@@ -24,6 +22,7 @@ from .topology import (
     arefresh_topology,
     is_topology_error,
     retry_after,
+    slot_of,
     topology_error,
 )
 
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["CLUSTER_CONCURRENCY", "ClusterPath"]
 
 CLUSTER_CONCURRENCY = 32
-
 
 
 class ClusterPath:
@@ -65,31 +63,37 @@ class ClusterPath:
             if is_topology_error(error):
                 raise topology_error(error) from error
             raise
-        groups: dict[str, tuple[Any, list[int]]] = {}
+        groups: dict[str, tuple[Any, list[Queued], list[int]]] = {}  # by master: its node, runs, their places
         again: list[int] = []  # not sent, or failed otherwise: the whole careful way
         retry: list[int] = []  # redirected (or the node failed inside redis-py): the retry after a refresh
-        manager = client.nodes_manager
+        slots = client.nodes_manager.slots_cache  # read without its lock, as redis-py does: a stale entry is a MOVED
         for index, run in enumerate(batch):
             try:
-                node = manager.get_node_from_slot(key_slot(run.key.encode("utf-8")))
+                node = slots[slot_of(run.key)][0]
             except UNROUTED:
                 again.append(index)
                 continue
-            groups.setdefault(node.name, (node, []))[1].append(index)
+            group = groups.get(node.name)
+            if group is None:
+                group = groups[node.name] = (node, [], [])
+            group[1].append(run)
+            group[2].append(index)
         replies: list[Any] = [None] * len(batch)
-        results = await on_nodes([(node, [batch[i] for i in indexes]) for node, indexes in groups.values()])
-        for (_, indexes), result in zip(groups.values(), results, strict=True):
+        results = await on_nodes([(node, runs) for node, runs, _ in groups.values()])
+        for (_, _, indexes), result in zip(groups.values(), results, strict=True):
             if isinstance(result, BaseException):  # the master's pipeline failed: nothing is known of its runs
                 (retry if after_fast_path(result) == RETRY else again).extend(indexes)
                 continue
             for index, reply in zip(indexes, result, strict=True):
-                step = after_fast_path(reply)  # the redirect rule the sync brake follows too
-                if step == RETRY:
-                    retry.append(index)
-                elif step == CAREFUL:
-                    again.append(index)
-                else:
-                    replies[index] = reply
+                if isinstance(reply, BaseException):
+                    step = after_fast_path(reply)  # the redirect rule the sync brake follows too
+                    if step == RETRY:
+                        retry.append(index)
+                        continue
+                    if step == CAREFUL:
+                        again.append(index)
+                        continue
+                replies[index] = reply
         for indexes, sent in ((again, False), (retry, True)):
             if indexes:
                 for index, reply in zip(

@@ -88,7 +88,9 @@ class Batcher:
     The direct path with connections of its own, and a Cluster (a connection
     per master per batch), have two lanes, each with at most one batch on the wire: a queue of at least SPLIT
     checks is shared by both, so Redis runs one batch while the event loop
-    prepares the next (on two cores, they overlap). A session has at most one
+    prepares the next (on two cores, they overlap). On a Cluster a queue is
+    not halved (see `_may_share`): the second lane takes what queues while the
+    first is on the wire, or what a full batch (MAX_BATCH) left. A session has at most one
     run on the wire at a time, so its checks keep their order on any lane.
     Other paths have one lane.
     """
@@ -143,9 +145,16 @@ class Batcher:
         queue.append(_queued((key, argv, deadline, future, packed)))
         # A lane starts when none is at work (else one that is takes this check when it is done),
         # and another once the queue is long enough to share.
-        if not self._busy or (len(queue) >= SPLIT and self._busy < len(self._lanes)):
+        if not self._busy or (len(queue) >= SPLIT and self._busy < len(self._lanes) and self._may_share()):
             self._start(next(lane for lane in self._lanes if lane.state == IDLE))
         return future
+
+    def _may_share(self) -> bool:
+        """Whether a second lane may start now. On a Cluster, only while a batch is on the wire (the one busy
+        lane is sending; one about to send takes the whole queue): a batch there is already one pipeline
+        per master, all at once, and halving the queue between two lanes would halve every master's
+        pipeline (twice the writes and reads per check, in the client and in the servers)."""
+        return self._cluster is None or bool(self._on_wire)
 
     def _start(self, lane: Lane) -> None:
         lane.state = STARTING
@@ -203,8 +212,9 @@ class Batcher:
         loop = asyncio.get_running_loop()
         on_wire = self._on_wire
         while self._queue:
-            # Another lane about to start shares the queue: this one takes half of it.
-            shared = any(other.state == STARTING for other in self._lanes if other is not lane)
+            # Another lane about to start shares the queue: this one takes half of it (never on a Cluster).
+            shared = self._cluster is None and any(
+                other.state == STARTING for other in self._lanes if other is not lane)
             batch = self._next_batch(loop.time(), min(MAX_BATCH, -(-len(self._queue) // 2)) if shared else MAX_BATCH)
             if not batch:
                 if self._queue and on_wire:
@@ -214,6 +224,8 @@ class Batcher:
             keys = [run.key for run in batch]
             on_wire.update(keys)
             lane.state = SENDING
+            if self._cluster is not None and len(batch) == MAX_BATCH and self._busy < len(self._lanes):
+                self._start(next(other for other in self._lanes if other.state == IDLE))  # the rest of a long queue
             sent_at = loop.time()
             try:
                 with self._deadline.bound(min(run.deadline for run in batch)):

@@ -21,7 +21,6 @@ from typing import Any, Unpack
 import redis
 import redis.cluster
 import redis.exceptions
-from redis.crc import key_slot
 
 from ..core import PreparedCall, SessionState, SyncCheck, Verdict
 from ..killswitch import Stop, ThreadReader
@@ -41,6 +40,7 @@ from .topology import (
     is_topology_error,
     refresh_topology,
     retry_after,
+    slot_of,
     topology_error,
 )
 
@@ -142,7 +142,7 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
             nodes = self._nodes = self.client.nodes_manager  # is the backend failing: not built twice in one check
         try:
             # The slot map as the client keeps it, read without its lock: a stale entry is a MOVED.
-            node = nodes.slots_cache[key_slot(key.encode("utf-8"))][0]
+            node = nodes.slots_cache[slot_of(key)][0]
             pool = node.redis_connection.connection_pool
         except UNROUTED:
             return self._evalsha(key, argv)

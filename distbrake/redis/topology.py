@@ -16,6 +16,7 @@ raised by our own code still surfaces.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 import redis
 import redis.exceptions
+from redis.crc import key_slot
 
 __all__ = [
     "CAREFUL",
@@ -37,6 +39,7 @@ __all__ = [
     "is_topology_error",
     "refresh_topology",
     "retry_after",
+    "slot_of",
     "topology_error",
 ]
 
@@ -62,6 +65,7 @@ CAREFUL_ERRORS: tuple[type[BaseException], ...] = (
 #: A key the slot map cannot place right now (a slot not covered, a map being rebuilt): the careful way too.
 UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
 RETRY, CAREFUL = "retry", "careful"
+SLOTS_KNOWN = 65536  # keys whose hash slot is remembered (a key's slot is its own: never stale)
 
 _REDIS_DIR = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
 _CLUSTER_FILES = frozenset({
@@ -119,6 +123,13 @@ def after_fast_path(error: object) -> str | None:
     if isinstance(error, CAREFUL_ERRORS):
         return CAREFUL
     return None
+
+
+@functools.lru_cache(maxsize=SLOTS_KNOWN)
+def slot_of(key: str) -> int:
+    """The hash slot of `key` (a session's key comes back check after check: computed once). Which master
+    holds the slot is read from the client's slot map each time."""
+    return int(key_slot(key.encode("utf-8")))
 
 
 def topology_error(error: BaseException) -> ClusterTopologyError:
