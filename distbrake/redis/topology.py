@@ -65,7 +65,7 @@ CAREFUL_ERRORS: tuple[type[BaseException], ...] = (
 #: A key the slot map cannot place right now (a slot not covered, a map being rebuilt): the careful way too.
 UNROUTED: tuple[type[BaseException], ...] = (redis.exceptions.RedisClusterException, *INTERNAL_ERRORS)
 RETRY, CAREFUL = "retry", "careful"
-SLOTS_KNOWN = 65536  # keys whose hash slot is remembered (a key's slot is its own: never stale)
+SLOTS_KNOWN = 8192  # keys whose hash slot is remembered (never stale), as many as wire.CACHED_CALLS
 
 _REDIS_DIR = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
 _CLUSTER_FILES = frozenset({
