@@ -325,14 +325,17 @@ if record then
   end
   if find(record, hash, 1, true) == 1 then
     -- the count's digits, up to H_JUDGED_MARK (or the end, in a record of an older version): read byte by
-    -- byte, as every string the script makes costs the server more than a few bytes read
-    stored = 0
-    for at = H_TTL_END + 1, #record do
-      local digit = byte(record, at) - 48
-      if digit < 0 or digit > 9 then
-        break
-      end
-      stored = stored * 10 + digit
+    -- byte, as every string the script makes costs the server more than a few bytes read; no digit (a
+    -- record not of ours): no count, a new streak
+    local value, at = 0, H_TTL_END + 1
+    local digit = byte(record, at)
+    while digit and digit >= 48 and digit <= 57 do
+      value = value * 10 + digit - 48
+      at = at + 1
+      digit = byte(record, at)
+    end
+    if at > H_TTL_END + 1 then
+      stored = value
     end
   end
 end

@@ -8,6 +8,7 @@ make every record of the fleet about 120 bytes larger.
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 import uuid
 from pathlib import Path
@@ -16,9 +17,9 @@ import pytest
 import redis
 import redis.exceptions
 
-from distbrake import DistributedBrake, LoopBrakeError, call_hash, session_key
+from distbrake import DistributedBrake, LoopBrakeError, LoopBrakeHalt, call_hash, session_key
 from distbrake.core import PreparedCall
-from distbrake.model import Rules
+from distbrake.model import Halt, Rules
 from distbrake.redis import contract, wire
 from distbrake.redis.contract import JUDGED, LADDER, LONGEST, MODE, REPEATS, RESULT
 from distbrake.redis.wire import decode_reply, encode_call, resp_evalsha, script_sha
@@ -198,6 +199,51 @@ def test_a_record_of_the_previous_script_version_goes_on(where: str, redis_url: 
         assert brake.client.hget(brake.key(session), "h").endswith(b"3/3")
         state = brake.inspect(session)
         assert state is not None and (state.count, state.max_repeats) == (3, 3)
+        brake.clear(session)
+
+
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_an_older_halted_record_stays_halted(where: str, redis_url: str) -> None:
+    """A session halted by an earlier version (h ending "5!": the count, no H_JUDGED_MARK) is refused, for any
+    tool, by this script, and `inspect` reads its halt."""
+    url = redis_url if where == "redis" else f"memory://old-halt-{uuid.uuid4().hex}"
+    with DistributedBrake.from_url(url, max_repeats=3) as brake:
+        session, tool, args = "old-halt", "search", {"q": "paris"}
+        digest = bytes.fromhex(call_hash(tool, args))[:16]
+        halt = wire.encode_halt(Halt("repeat", 1_700_000_000.0, tool, 5, 5, digest[:6].hex()))
+        brake.client.hset(brake.key(session), mapping={
+            b"h": digest + b"\x01" * 5 + b"\x02" * 5 + (60_000).to_bytes(5, "big") + b"5!",
+            b"s": bytes([len(tool)]) + tool.encode() + session.encode(), b"j": b"3", b"x": halt,
+        })
+        brake.client.pexpire(brake.key(session), 60_000)
+        for name, call in ((tool, args), ("other", {})):
+            with pytest.raises(LoopBrakeHalt) as halted:
+                brake.check(name, call, session_id=session)
+            assert (halted.value.halt_rule, halted.value.count) == ("repeat", 5)
+        state = brake.inspect(session)
+        assert state is not None and state.halt is not None and (state.count, state.halt.kind) == (5, "repeat")
+        assert brake.client.hget(brake.key(session), "h").endswith(b"5!")  # refused: nothing written
+        brake.clear(session)
+
+
+@pytest.mark.parametrize("tail", [b"", b"/3", b"x5/3"])
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_a_record_with_no_count_starts_a_new_streak(where: str, redis_url: str, tail: bytes) -> None:
+    """An h with this call's hash but no count (not a record this script wrote) is no streak to go on: the check
+    starts one at 1, even with the very call id h names as its last (never a replay of count 0)."""
+    url = redis_url if where == "redis" else f"memory://no-count-{uuid.uuid4().hex}"
+    with DistributedBrake.from_url(url, max_repeats=3) as brake:
+        session, tool, args = "no-count", "search", {"q": "paris"}
+        digest = bytes.fromhex(call_hash(tool, args))[:16]
+        last = hashlib.blake2b(b"call-1", digest_size=5).digest()  # the id of call_id="call-1" (wire's hash)
+        brake.client.hset(brake.key(session), mapping={
+            b"h": digest + last + b"\x00" * 5 + (60_000).to_bytes(5, "big") + tail,
+            b"s": bytes([len(tool)]) + tool.encode() + session.encode(),
+        })
+        brake.client.pexpire(brake.key(session), 60_000)  # as if checked just now: within the replay window
+        verdict = brake.check(tool, args, session_id=session, call_id="call-1")
+        assert (verdict.count, verdict.replayed, verdict.decided_by) == (1, False, "redis")
+        assert brake.client.hget(brake.key(session), "h").endswith(b"1/3")
         brake.clear(session)
 
 

@@ -353,7 +353,8 @@ def test_records_of_an_older_layout_are_read_safely(redis_url: str) -> None:
         brake.check("search", {}, session_id="new")
         client = redis.Redis.from_url(redis_url)
         current = client.hgetall(session_key("new"))
-        counted = current[b"h"].partition(b"/")[0]  # h as versions before H_JUDGED_MARK wrote it
+        h = current[b"h"]
+        counted = h[:31] + h[31:].partition(b"/")[0]  # h as versions before H_JUDGED_MARK wrote it (ids may hold "/")
         client.hset(session_key("old"), mapping={b"h": counted, b"s": b"\x06searchold"})  # no j
         client.hset(session_key("odd"), mapping={b"h": counted, b"s": b"\x06searchodd", b"j": b"??"})
         client.close()

@@ -40,7 +40,9 @@ and take a repeated call id for a replay however late it comes, so a host that
 reuses `call_0` every turn is braked only by newer workers. Writers from before
 H_JUDGED_MARK read no count in an `h` that holds one ("5/3"): they start the
 streak afresh, so while a session's checks alternate between old and new
-workers its streak restarts (roll a fleet forward quickly). Counts and denials
+workers its streak restarts (roll a fleet forward quickly); their readers
+(`inspect`, `list`, `top`, `clear_all`) do not see such a record at all
+(`clear_all` leaves it to its TTL). Counts and denials
 are otherwise the same. The ladder needs every worker on its version: an older
 writer reads no count in a halted `h` ("5/3!"), starts the streak afresh and so
 lifts the halt, and ignores `o`, `f<tool>` and `n<tool>`; an older reader lists
