@@ -46,6 +46,8 @@ STATE_OF = {"allowed": "ok", "warned": "warned", "denied": "denying", "would_den
 
 logger = logging.getLogger("distbrake")
 
+new_tuple = tuple.__new__  # a NamedTuple given every field in order, built without its keyword handling
+
 
 def printable(text: str) -> str:
     """`text` as a log line may show it: control characters (a terminal's escape sequences) escaped."""
@@ -177,7 +179,7 @@ class BrakeCore:
         found = None if call_id is None and context is None else resolve_call_id(call_id, context)
         if found is None and (rules.progress or rules.max_failures is not None):
             found = uuid.uuid4().hex  # the observation of the result must name this very call
-        return PreparedCall(tool, digest, session, found, rules)
+        return new_tuple(PreparedCall, (tool, digest, session, found, rules))
 
     def _no_session(self, tool: str) -> str:
         """A check that names no session: `"default"` (said once per brake), or refused with require_session."""
@@ -204,12 +206,12 @@ class BrakeCore:
             raise halt_error(halt, call.tool_name, call.session_id, rules.max_repeats, decided_by)
         judgement = judge(count, rules, cycle is not None, facts, cycle is not None and cycle.halts)
         token = call if rules.progress or rules.max_failures is not None else None
-        if judgement is ALLOWED:  # the common case, built positionally: (count, max_repeats, hash_prefix,
+        if judgement is ALLOWED:  # the common case, every field in order: (count, max_repeats, hash_prefix,
             # session_id, tool_name, allowed, replayed, exempt, decided_by, warning, would_deny, observe_token)
-            return Verdict(
+            return new_tuple(Verdict, (
                 count, rules.max_repeats, call.digest[:12], call.session_id, call.tool_name, True, replayed,
                 False, decided_by, None, False, token,
-            )
+            ))
         prefix = call.digest[:12]
         if judgement is WARNED:
             return Verdict(

@@ -150,6 +150,9 @@ def _signed_exponents_only() -> bool:
 #: True: the exponents are found by their sign bytes (memchr, fast over any text); False: by one
 #: regex pass that takes every spelling (orjson before 3.11.7 writes "1e16").
 SIGNED_EXPONENTS = _signed_exponents_only()
+_PERIOD = 0x2E  # in every integral float orjson writes ("1.0")
+# A byte in every exponent orjson writes: its sign ("1e+16", "1e-07"); with an orjson that writes "1e16", "e" or "E".
+_SIGN_BYTES, _E_BYTES = (0x2B, 0x2D), (0x65, 0x45)
 
 
 def _float_candidates(data: bytes, signed: bool = True) -> list[int]:
@@ -410,6 +413,18 @@ def _exact(value: Any) -> str:
 # -- public ---------------------------------------------------------------------
 
 
+def _may_hold_floats(data: bytes) -> bool:
+    """Whether a small output may hold a float token `_fix_floats` respells (or `_FLOAT_HINT` finds in a string).
+
+    Single-byte tests first (an int `in` bytes is one memchr): no "." and no byte an exponent of the installed
+    orjson needs (a sign, or any "e" with an orjson that writes "1e16") is no float; else one regex pass.
+    """
+    first, second = _SIGN_BYTES if SIGNED_EXPONENTS else _E_BYTES
+    if _PERIOD not in data and first not in data and second not in data:
+        return False
+    return _FLOAT_HINT.search(data) is not None
+
+
 def canonical_json_bytes(args: Any) -> bytes:
     """`canonical_json(args)` encoded as UTF-8 (what the hash is taken of)."""
     try:
@@ -418,7 +433,7 @@ def canonical_json_bytes(args: Any) -> bytes:
         return _exact(args).encode("utf-8")
     if not data.isascii() and data.translate(None, _BELOW_ASTRAL):
         return _exact(args).encode("utf-8")
-    if len(data) < _SMALL and _FLOAT_HINT.search(data) is None:
+    if len(data) < _SMALL and not _may_hold_floats(data):
         return data
     candidates = _float_candidates(data, SIGNED_EXPONENTS and len(data) >= _SMALL)
     return _fix_floats(data, candidates) if candidates else data

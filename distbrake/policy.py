@@ -55,7 +55,8 @@ class Breaker:
     `attempt()` gives each check a ticket: `NO_TRY`, or the breaker's epoch
     times two, plus one when the check is the probe. The epoch moves on every
     change of state (up -> down, down -> up), so `failed` and `succeeded` act
-    only on news.
+    only on news: an even ticket's success never is (given while up, that epoch
+    is either still up or over), only the probe's may be.
     """
 
     def __init__(self, first_pause: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -188,7 +189,7 @@ class FailureHandler:
 
     def succeeded(self, ticket: int) -> None:
         """Redis answered: when that ends an outage, the fallback's streaks are forgotten."""
-        if self.breaker.succeeded(ticket):
+        if ticket & 1 and self.breaker.succeeded(ticket):  # only the probe's answer can be news (see `Breaker`)
             self.local.reset()
             self.health_watch.recovered()
 

@@ -31,6 +31,7 @@ from .connect import script_variant
 from .script import Script, script_for
 from .wire import (
     FIELDS,
+    CheckEncoder,
     Encoded,
     block_argv,
     decode_halt,
@@ -94,6 +95,8 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
         settings = self.settings
         self._cycles = (settings.max_cycle_period, settings.cycle_repeats) if settings.max_cycle_period else None
         self._cycle_halt = (settings.cycle_halt_repeats or 0) if self._cycles else 0
+        self._encoder = CheckEncoder(settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles, self._head,
+                                     self._cycle_halt)
 
     def __repr__(self) -> str:
         return (
@@ -155,8 +158,7 @@ class DistributedBase(Healthy, GuardMixin, BrakeCore):
 
     def encode(self, call: PreparedCall) -> Encoded:
         """KEYS[1], ARGV and the packed EVALSHA of a check of `call` (see `wire.encode_call`)."""
-        return encode_call(call, self.settings.key_prefix, self._ttl_ms, self._window_ms, self._cycles,
-                           head=self._head, cycle_halt=self._cycle_halt)
+        return self._encoder(call)
 
     def observations(self, verdict: Verdict, result: object, failed: bool | None = None) -> list[Encoded]:
         """KEYS[1], ARGV and packed EVALSHA of each observation of `verdict`'s result to send (none, one or two).

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import redis.exceptions
 
-__all__ = ["exchange", "read_replies", "write_all"]
+__all__ = ["SyncExchange", "exchange", "read_replies", "write_all"]
 
 _HIREDIS: Any
 try:  # redis-py's own hiredis parsers: their reader, error classes and "not enough data" marker
@@ -32,6 +32,10 @@ try:  # redis-py's own hiredis parsers: their reader, error classes and "not eno
     )
 except (ImportError, AttributeError):  # pragma: no cover - another redis-py: every read goes the usual way
     NOT_ENOUGH_DATA = ASYNC_PARSER = SYNC_PARSER = None
+try:
+    from redis._parsers.socket import SERVER_CLOSED_CONNECTION_ERROR as SERVER_CLOSED
+except ImportError:  # pragma: no cover - another redis-py
+    SERVER_CLOSED = "Connection closed by server."
 
 
 async def write_all(connection: Any, packed: list[bytes]) -> None:
@@ -90,6 +94,72 @@ async def _one_by_one(connection: Any, count: int) -> list[Any]:
         except redis.exceptions.ResponseError as error:
             replies.append(error)
     return replies
+
+
+class SyncExchange:
+    """`exchange` on one sync connection, with what it reads of the connection (its socket, hiredis reader and
+    read buffer) looked up again only when the socket is not the one last seen (a new connect): one attribute
+    test per command. The reply is read the way redis-py's hiredis parser reads it (`read_from_socket`)."""
+
+    __slots__ = ("_buffer", "_parser", "_push", "_reader", "_sock", "connection")
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self._sock: Any = None  # the socket the rest was read for (kept: its id is never another socket's)
+        self._parser: Any = None
+        self._reader: Any = None
+        self._buffer: Any = None
+        self._push: Any = _NoPush
+
+    def __call__(self, packed: bytes) -> Any:
+        """Send one packed command and return its reply (an error reply raised), as `exchange` does."""
+        sock = getattr(self.connection, "_sock", None)
+        if sock is None or (sock is not self._sock and not self._bind(sock)):
+            return exchange(self.connection, packed)
+        try:
+            sock.sendall(packed)
+        except TimeoutError:
+            self.connection.disconnect()
+            raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
+        except OSError as error:
+            self.connection.disconnect()
+            raise redis.exceptions.ConnectionError(f"Error while writing to socket: {error.args}") from error
+        reader, buffer = self._reader, self._buffer
+        while True:
+            reply = reader.gets()
+            while reply is NOT_ENOUGH_DATA:
+                try:
+                    size = sock.recv_into(buffer)
+                except TimeoutError:
+                    raise redis.exceptions.TimeoutError("Timeout reading from socket") from None
+                except OSError as error:
+                    raise redis.exceptions.ConnectionError(f"Error while reading: {error.args}") from error
+                if not size:
+                    raise redis.exceptions.ConnectionError(SERVER_CLOSED)
+                reader.feed(buffer, 0, size)
+                reply = reader.gets()
+            if isinstance(reply, self._push):  # RESP3: a push the server sent unasked is not the reply
+                self._parser.handle_push_response(reply)
+                continue
+            if isinstance(reply, (redis.exceptions.ResponseError, redis.exceptions.ConnectionError)):
+                raise reply
+            return reply
+
+    def _bind(self, sock: Any) -> bool:
+        """Read the connection's parser, reader and buffer for `sock`; False: its commands go `exchange`'s way."""
+        connection = self.connection
+        parser = getattr(connection, "_parser", None)
+        reader = getattr(parser, "_reader", None)
+        buffer = getattr(parser, "_buffer", None)
+        self._sock = None
+        if type(parser) is not SYNC_PARSER or reader is None or not isinstance(buffer, bytearray) or (
+            connection.health_check_interval
+        ):
+            return False
+        self._parser, self._reader, self._buffer = parser, reader, buffer
+        self._push = getattr(parser, "_hiredis_PushNotificationType", None) or _NoPush
+        self._sock = sock
+        return True
 
 
 def exchange(connection: Any, packed: bytes) -> Any:

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from functools import partial
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
 import redis
 import redis.cluster
@@ -31,7 +31,7 @@ from ..redis_errors import REDIS_FAILURES
 from ..settings import BrakeOptions, BrakeSettings
 from ..urls import ParsedURL
 from .base import DistributedBase
-from .batch import exchange
+from .batch import SyncExchange
 from .connect import ATTEMPT_SHARE, LazyClient, sync_client
 from .topology import (
     RETRY,
@@ -185,18 +185,29 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
                 raise topology_error(error) from error
             raise
 
-    def _connection(self, pool: Any, name: str) -> Any:
-        """This thread's connection made from `pool`'s settings (outside its count of connections)."""
+    def _exchange(self, pool: Any, name: str) -> SyncExchange:
+        """The exchange on this thread's connection made from `pool`'s settings (outside its count of connections)."""
+        try:
+            pid, made_from, send = cast(tuple[int, Any, SyncExchange], self._local.connections[name])
+        except (AttributeError, KeyError):  # this thread's first command to the node
+            return self._new_exchange(pool, name)
+        if pid != _PID[0] or made_from is not pool:  # a forked child, or the cluster client made the node's pool anew
+            return self._new_exchange(pool, name)
+        return send
+
+    def _new_exchange(self, pool: Any, name: str) -> SyncExchange:
+        """A new connection made from `pool`'s settings, this thread's to the node `name` from now on."""
         local = self._local
-        if getattr(local, "pid", None) != _PID[0]:  # first use, or a forked child
-            local.connections, local.pid = {}, _PID[0]
+        if getattr(local, "pid", None) != _PID[0]:  # first use, or a forked child (the parent's connections are
+            local.connections, local.pid = {}, _PID[0]  # the parent's: left alone)
         mine = local.connections.get(name)
-        if mine is None or mine[0] is not pool:  # new, or the cluster client made the node's pool anew
-            if mine is not None:
-                mine[1].disconnect()
-            mine = local.connections[name] = (pool, pool.connection_class(**pool.connection_kwargs))
-            self._connections.add(mine[1])
-        return mine[1]
+        if mine is not None:  # the cluster client made the node's pool anew
+            mine[2].connection.disconnect()
+        connection = pool.connection_class(**pool.connection_kwargs)
+        send = SyncExchange(connection)
+        local.connections[name] = (_PID[0], pool, send)
+        self._connections.add(connection)
+        return send
 
     def _on_connection(self, packed: bytes, pool: Any = None, name: str = "") -> Any:
         """Send one packed EVALSHA on this thread's connection (to `pool`'s server) and read its reply.
@@ -207,17 +218,17 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
         again. An error reply leaves the connection as it is; interrupted
         half-way, the connection is dropped, so no unread reply is ever left on it.
         """
-        connection = self._connection(pool or self.client.connection_pool, name)
+        send = self._exchange(pool or self.client.connection_pool, name)
+        connection = send.connection
         try:
             timeout = self.settings.timeout_seconds
             deadline = time.monotonic() + timeout
             for attempt in (1, 2):
                 try:
                     try:
-                        return exchange(connection, packed)
+                        return send(packed)
                     except redis.exceptions.NoScriptError:
-                        return self.script.resend(partial(exchange, connection, packed),
-                                                  partial(exchange, connection, self.script.load_command))
+                        return self.script.resend(partial(send, packed), partial(send, self.script.load_command))
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                     connection.disconnect()
                     # Again only if a whole attempt still fits the check's timeout (a connect that

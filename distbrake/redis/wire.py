@@ -50,8 +50,10 @@ __all__ = [
     "FIELDS",
     "SESSION_BYTES",
     "TOOL_BYTES",
+    "CheckEncoder",
     "Encoded",
     "block_argv",
+    "check_mode",
     "decode_halt",
     "decode_reply",
     "decode_state",
@@ -181,12 +183,8 @@ def encode_call(
         mode, last = MODE_OBSERVE, result
     elif failed is not None:
         mode, last = MODE_FAILED, b"1" if failed else b"0"
-    elif cycle_halt or rules.ladder:
-        mode, extra = MODE_LADDER, (*(cycles or (0, 0)), ladder_argv(rules, cycle_halt if cycles else 0))
-    elif cycles is not None:
-        mode, extra = MODE_CYCLES, cycles
     else:
-        mode = MODE_CHECK
+        mode, extra = check_mode(rules, cycles, cycle_halt)
     fixed = _fixed if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT else _fixed.__wrapped__
     key, rest, ttl, body, tail = fixed(
         session, tool, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress, key_prefix, ttl_ms, window_ms,
@@ -197,6 +195,66 @@ def encode_call(
         return key, argv, resp_evalsha(key, argv, head)
     packed = b"".join((_array(4 + len(argv)), body, first, tail))
     return key, argv, packed if last is None else packed + _bulk(last)
+
+
+def check_mode(
+    rules: Rules, cycles: tuple[int, int] | None, cycle_halt: int,
+) -> tuple[bytes, tuple[bytes | int, ...]]:
+    """ARGV[MODE] of a check, and the ARGV after JUDGED its mode takes (see `encode_call`)."""
+    if cycle_halt or rules.ladder:
+        return MODE_LADDER, (*(cycles or (0, 0)), ladder_argv(rules, cycle_halt if cycles else 0))
+    if cycles is not None:
+        return MODE_CYCLES, cycles
+    return MODE_CHECK, ()
+
+
+# What `CheckEncoder` keeps per (session, tool): the rules it was made for, KEYS[1], ARGV[2:], the ttl's
+# bytes, the packed EVALSHA up to ARGV[CALL]'s bytes (from its array's length) and after them.
+_Parts = tuple[Rules, str, tuple[bytes | int, ...], bytes, bytes, bytes]
+
+
+class CheckEncoder:
+    """`encode_call` of one brake's checks, its settings bound once: the same bytes, cheaper per check.
+
+    What `_fixed` makes for a (session, tool) is kept with the rules it was made for (and the array's
+    length, which a check's ARGV fixes), for the last CACHED_CALLS pairs (the dict starts over when full):
+    a check looks up one pair, not `_fixed`'s twelve arguments. A call with other rules for the pair (a
+    call another brake prepared) is made again; a session id or tool name longer than CACHED_TEXT is never kept.
+    """
+
+    __slots__ = ("_cycle_halt", "_cycles", "_head", "_key_prefix", "_parts", "_ttl_ms", "_window_ms")
+
+    def __init__(
+        self, key_prefix: str, ttl_ms: int, window_ms: int, cycles: tuple[int, int] | None, head: bytes,
+        cycle_halt: int,
+    ) -> None:
+        self._key_prefix, self._ttl_ms, self._window_ms = key_prefix, ttl_ms, window_ms
+        self._cycles, self._head, self._cycle_halt = cycles, head, cycle_halt
+        self._parts: dict[tuple[str, str], _Parts] = {}
+
+    def __call__(self, call: PreparedCall) -> Encoded:
+        """KEYS[1], ARGV and the packed EVALSHA of a check of `call`: `encode_call`'s, with this brake's settings."""
+        tool, digest, session, call_id, rules = call
+        parts = self._parts.get((session, tool))
+        if parts is None or (parts[0] is not rules and parts[0] != rules):
+            parts = self._made(session, tool, rules)
+        first = bytes.fromhex(digest[:_HASH_HEX]) + parts[3] + _call_id_bytes(call_id)
+        if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
+            return encode_call(call, self._key_prefix, self._ttl_ms, self._window_ms, self._cycles, head=self._head,
+                               cycle_halt=self._cycle_halt)
+        return parts[1], (first, *parts[2]), b"".join((parts[4], first, parts[5]))
+
+    def _made(self, session: str, tool: str, rules: Rules) -> _Parts:
+        mode, extra = check_mode(rules, self._cycles, self._cycle_halt)
+        key, rest, ttl, body, tail = _fixed.__wrapped__(
+            session, tool, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress, self._key_prefix,
+            self._ttl_ms, self._window_ms, mode, extra, self._head)
+        parts = (rules, key, rest, ttl, _array(5 + len(rest)) + body, tail)
+        if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT:
+            if len(self._parts) >= CACHED_CALLS:
+                self._parts = {}
+            self._parts[session, tool] = parts
+        return parts
 
 
 @lru_cache(maxsize=256)
@@ -356,6 +414,8 @@ def decode_reply(reply: object, repeats: int = 0) -> Counted:
     its period, its calls' hash prefixes (hex) and their tools; of five or
     eight, MODE_LADDER's (contract.LADDER_REPLY, then the cycle's parts).
     """
+    if type(reply) is int and reply >= REPLY_COUNT:  # the common case: a plain answer
+        return new_counted(Counted, (reply >> REPLY_COUNT_SHIFT, reply & REPLY_REPLAYED != 0, None, NO_FACTS, None))
     cycle = None
     facts = NO_FACTS
     if isinstance(reply, list):
