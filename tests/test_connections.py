@@ -8,8 +8,10 @@ import hashlib
 import threading
 
 import pytest
+import redis
+from redis._parsers import _RESP2Parser
 
-from distbrake import AsyncDistributedBrake, DistributedBrake
+from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrakeError
 from distbrake.redis.connect import CONNECTORS
 from distbrake.redis.script import VARIANTS, script_source
 from tests.backends import Checker
@@ -211,3 +213,26 @@ def test_threads_sharing_a_small_pool_are_served_in_turn_not_taken_for_an_outage
     assert health.ok and not brake.failures.breaker.down
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert decided == ["redis"] * threads * 1000
+
+
+@pytest.mark.parametrize("client_options", [
+    {"parser_class": _RESP2Parser},  # no hiredis reader: every command goes redis-py's own way
+    {"health_check_interval": 30},  # redis-py pings an idle connection first: its own way too
+], ids=["python-parser", "health-checks"])
+def test_a_client_the_direct_path_cannot_read_counts_the_same(
+    server: RedisServer, client_options: dict[str, object],
+) -> None:
+    """A user's own client whose connection the brake's fast exchange does not read (no hiredis parser, or health
+    checks on) still counts, replays and denies, and takes its NOSCRIPT reload, through redis-py's send and read."""
+    client = redis.Redis.from_url(server.url, **client_options)  # type: ignore[arg-type]
+    brake = DistributedBrake(client, max_repeats=3)
+    try:
+        client.script_flush()
+        counts = [brake.check("search", {"q": 1}, session_id="own-client", call_id=f"c{n}").count for n in (1, 2)]
+        assert counts == [1, 2]
+        assert brake.check("search", {"q": 1}, session_id="own-client", call_id="c2").replayed  # a retry: once
+        with pytest.raises(LoopBrakeError):
+            brake.check("search", {"q": 1}, session_id="own-client", call_id="c3")
+    finally:
+        brake.clear("own-client")
+        brake.close()

@@ -10,9 +10,11 @@ a chain of coroutines and a timer. `read_replies` takes them from the
 connection's own hiredis reader (the parser redis-py built for it, so error
 replies are redis-py's exception classes) and awaits the socket only when
 the reader runs dry (a RESP3 push goes to redis-py's handler, as it would).
-Without hiredis it reads them the usual way. `exchange` is the same for
-one command on a sync connection: written to its socket, the reply taken
-from its hiredis reader (the socket's own timeout bounds each wait).
+Without hiredis it reads them the usual way. `SyncExchange` is the same
+for one command on a sync connection: written to its socket, the reply taken
+from its hiredis reader (the socket's own timeout bounds each wait); a
+connection not connected yet, or without hiredis, goes redis-py's way
+(`exchange`).
 """
 
 from __future__ import annotations
@@ -97,9 +99,9 @@ async def _one_by_one(connection: Any, count: int) -> list[Any]:
 
 
 class SyncExchange:
-    """`exchange` on one sync connection, with what it reads of the connection (its socket, hiredis reader and
-    read buffer) looked up again only when the socket is not the one last seen (a new connect): one attribute
-    test per command. The reply is read the way redis-py's hiredis parser reads it (`read_from_socket`)."""
+    """One command at a time on one sync connection, with what it reads of the connection (its socket, hiredis
+    reader and read buffer) looked up again only when the socket is not the one last seen (a new connect): one
+    attribute test per command. The reply is read the way redis-py's hiredis parser reads it (`read_from_socket`)."""
 
     __slots__ = ("_buffer", "_parser", "_push", "_reader", "_sock", "connection")
 
@@ -112,7 +114,7 @@ class SyncExchange:
         self._push: Any = _NoPush
 
     def __call__(self, packed: bytes) -> Any:
-        """Send one packed command and return its reply (an error reply raised), as `exchange` does."""
+        """Send one packed command and return its reply (an error reply raised)."""
         sock = getattr(self.connection, "_sock", None)
         if sock is None or (sock is not self._sock and not self._bind(sock)):
             return exchange(self.connection, packed)
@@ -163,36 +165,7 @@ class SyncExchange:
 
 
 def exchange(connection: Any, packed: bytes) -> Any:
-    """Send one packed command on a sync redis-py connection and return its reply (an error reply raised)."""
-    sock = getattr(connection, "_sock", None)
-    parser = getattr(connection, "_parser", None)
-    reader = getattr(parser, "_reader", None)
-    if sock is None or type(parser) is not SYNC_PARSER or reader is None or connection.health_check_interval:
-        connection.send_packed_command([packed])
-        return connection.read_response()
-    hiredis_parser = cast(Any, parser)
-    try:
-        sock.sendall(packed)
-    except TimeoutError:
-        connection.disconnect()
-        raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
-    except OSError as error:
-        connection.disconnect()
-        raise redis.exceptions.ConnectionError(f"Error while writing to socket: {error.args}") from error
-    push = getattr(hiredis_parser, "_hiredis_PushNotificationType", None) or _NoPush
-    while True:
-        reply = reader.gets()
-        while reply is NOT_ENOUGH_DATA:
-            try:
-                hiredis_parser.read_from_socket()
-            except TimeoutError:
-                raise redis.exceptions.TimeoutError("Timeout reading from socket") from None
-            except OSError as error:
-                raise redis.exceptions.ConnectionError(f"Error while reading: {error.args}") from error
-            reply = reader.gets()
-        if isinstance(reply, push):  # RESP3: a push the server sent unasked is not the reply
-            hiredis_parser.handle_push_response(reply)
-            continue
-        if isinstance(reply, (redis.exceptions.ResponseError, redis.exceptions.ConnectionError)):
-            raise reply
-        return reply
+    """Send one packed command on a sync redis-py connection the connection's own way (connecting it first if need
+    be) and return its reply (an error reply raised): what `SyncExchange` falls back to."""
+    connection.send_packed_command([packed])
+    return connection.read_response()
