@@ -189,12 +189,17 @@ def encode_call(
     key, rest, ttl, body, tail = fixed(
         session, tool, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress, key_prefix, ttl_ms, window_ms,
         mode, extra, head or brake_script().evalsha_head)
-    first = bytes.fromhex(call.digest[:_HASH_HEX]) + ttl + _call_id_bytes(call.call_id)
+    first = _call_argument(call.digest, ttl, call.call_id)
     argv: tuple[bytes | int, ...] = (first, *rest) if last is None else (first, *rest, last)
     if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
         return key, argv, resp_evalsha(key, argv, head)
     packed = b"".join((_array(4 + len(argv)), body, first, tail))
     return key, argv, packed if last is None else packed + _bulk(last)
+
+
+def _call_argument(digest: str, ttl: bytes, call_id: str | None) -> bytes:
+    """ARGV[CALL] of one check: the call hash's first CALL_HASH_END bytes, the ttl's bytes, the call id's."""
+    return bytes.fromhex(digest[:_HASH_HEX]) + ttl + _call_id_bytes(call_id)
 
 
 def check_mode(
@@ -238,7 +243,7 @@ class CheckEncoder:
         parts = self._parts.get((session, tool))
         if parts is None or (parts[0] is not rules and parts[0] != rules):
             parts = self._made(session, tool, rules)
-        first = bytes.fromhex(digest[:_HASH_HEX]) + parts[3] + _call_id_bytes(call_id)
+        first = _call_argument(digest, parts[3], call_id)
         if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
             return encode_call(call, self._key_prefix, self._ttl_ms, self._window_ms, self._cycles, head=self._head,
                                cycle_halt=self._cycle_halt)
