@@ -171,8 +171,11 @@ calls_strategy = st.lists(
 def test_loop_brake_matches_the_reference_model(calls: list[tuple[str, str, str | None]], limit: int) -> None:
     import asyncio
 
-    brake = Checker(LoopBrake(limit))
-    sync = Checker(DistributedBrake.from_url(memory_url(), max_repeats=limit))
+    # The reference has no clock: every replay falls inside the replay window (the brake's timeout), so the
+    # window is the longest allowed. At the default 0.5 s a loaded machine took longer between a call and its
+    # replay three checks later, and the brake rightly counted it again (a failure CI saw).
+    brake = Checker(LoopBrake(limit, timeout_seconds=60))
+    sync = Checker(DistributedBrake.from_url(memory_url(), max_repeats=limit, timeout_seconds=60))
     model = Reference(limit)
 
     async def run() -> None:
