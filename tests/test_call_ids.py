@@ -50,12 +50,12 @@ def make(flavour: str, url: str, **options: Any) -> Checker:
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_a_host_reusing_call_0_every_turn_is_denied_at_the_limit(flavour: str, redis_url: str) -> None:
-    brake = make(flavour, redis_url, timeout_seconds=0.1)
+    brake = make(flavour, redis_url, timeout_seconds=0.5)  # the replay window: a loaded machine stays inside it
     try:
         outcomes = []
         for turn in range(3):
             if turn:
-                await asyncio.sleep(0.3)  # the next user turn comes later than the replay window
+                await asyncio.sleep(0.6)  # the next user turn comes later than the replay window
             outcomes.append(await brake.count("search", {"q": "weather"}, session_id="s", call_id="call_0"))
             # within the window: the same host call at a second seam, counted once
             outcomes.append(await brake.count("search", {"q": "weather"}, session_id="s", call_id="call_0"))
