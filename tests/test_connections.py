@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import hashlib
 import threading
+import time
 
 import pytest
 import redis
@@ -97,6 +99,33 @@ def test_without_a_limit_each_checking_thread_opens_one_connection(server: Redis
         brake.close()
     print(f"\nsync, 8 threads x 50 checks, no limit: {opened} connections opened")
     assert opened == 8 + 1
+
+
+def test_a_checking_threads_connection_is_closed_when_the_thread_ends(server: RedisServer) -> None:
+    """A framework running each tool call in a short-lived thread (CrewAI's hooks do) leaves no connection open
+    behind it: the thread's connection closes when the thread ends, not at some later garbage collection (which
+    left the socket open meanwhile and could close it first, warning of an unclosed socket)."""
+    brake = DistributedBrake.from_url(server.url)
+    brake.check("search", {"q": "weather"}, session_id="warm")  # the kill switch's reader has its connection
+    baseline = peak_clients(server) - 1  # less this thread's own
+
+    def work(i: int) -> None:
+        brake.check("search", {"q": "weather"}, session_id=f"t{i}")
+
+    gc.disable()  # only the thread's end may close its connection
+    try:
+        for i in range(4):
+            thread = threading.Thread(target=work, args=(i,))
+            thread.start()
+            thread.join()
+        deadline = time.monotonic() + 10.0  # the server sees a close on its next turn
+        while (left := peak_clients(server) - baseline - 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        gc.enable()
+        brake.close()
+    print(f"\nconnections left open by 4 ended threads: {left}")
+    assert left == 0
 
 
 def test_only_a_url_with_max_connections_gets_a_blocking_pool(server: RedisServer) -> None:

@@ -9,6 +9,7 @@ check again. Everything else is in `base.py`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -50,6 +51,24 @@ SCAN_BATCH = 500
 # This process's pid, kept current in a forked child (no syscall per check).
 _PID = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+class ThreadConnections(dict[str, tuple[int, Any, SyncExchange]]):
+    """One thread's connections of one brake, by node name: closed when the thread ends (its thread-local
+    storage, the only reference, is dropped then). Left to the garbage collector, a connection (a reference
+    cycle) kept its socket open until a collection, which may also close the socket first and warn."""
+
+    __slots__ = ("pid",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pid = _PID[0]
+
+    def __del__(self) -> None:
+        if self.pid == _PID[0]:  # a forked child leaves its parent's connections alone
+            for _, _, send in self.values():
+                with contextlib.suppress(Exception):  # a finalizer has no caller to tell (say, at interpreter exit)
+                    send.connection.disconnect()
 
 
 class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
@@ -198,14 +217,15 @@ class DistributedBrake(OperatorMixin, SyncCheck, DistributedBase):
     def _new_exchange(self, pool: Any, name: str) -> SyncExchange:
         """A new connection made from `pool`'s settings, this thread's to the node `name` from now on."""
         local = self._local
-        if getattr(local, "pid", None) != _PID[0]:  # first use, or a forked child (the parent's connections are
-            local.connections, local.pid = {}, _PID[0]  # the parent's: left alone)
-        mine = local.connections.get(name)
+        connections = getattr(local, "connections", None)
+        if connections is None or connections.pid != _PID[0]:  # first use, or a forked child (the parent's
+            connections = local.connections = ThreadConnections()  # connections are the parent's: left alone)
+        mine = connections.get(name)
         if mine is not None:  # the cluster client made the node's pool anew
             mine[2].connection.disconnect()
         connection = pool.connection_class(**pool.connection_kwargs)
         send = SyncExchange(connection)
-        local.connections[name] = (_PID[0], pool, send)
+        connections[name] = (_PID[0], pool, send)
         self._connections.add(connection)
         return send
 
