@@ -72,14 +72,14 @@ def main(argv: list[str] | None = None) -> int:
                 click.append(c)
                 hook.append(h)
                 full.append(f)
-    c, h, f = (statistics.median(run[0] for run in runs) for runs in (click, hook, full))
+    cw, hw, fw = (statistics.median(run[0] for run in runs) for runs in (click, hook, full))
     cc, hc = (statistics.median(run[1] for run in runs) for runs in (click, hook))
-    ratio = h / c
-    print(f"python -c 'import click'             wall {c * 1000:6.1f} ms, CPU {cc * 1000:6.1f} ms "
+    ratio = hw / cw
+    print(f"python -c 'import click'             wall {cw * 1000:6.1f} ms, CPU {cc * 1000:6.1f} ms "
           f"(medians of {rounds})")
-    print(f"distbrake hook claude-code (default)  wall {h * 1000:6.1f} ms, CPU {hc * 1000:6.1f} ms -> "
+    print(f"distbrake hook claude-code (default)  wall {hw * 1000:6.1f} ms, CPU {hc * 1000:6.1f} ms -> "
           f"{ratio:.2f}x wall (target <= {TARGET}x), {hc / cc:.2f}x CPU")
-    print(f"  with a DISTBRAKE_* setting (full)    wall {f * 1000:6.1f} ms -> {f / c:.2f}x (for information)")
+    print(f"  with a DISTBRAKE_* setting (full)    wall {fw * 1000:6.1f} ms -> {fw / cw:.2f}x (for information)")
     print("PASS" if ratio <= TARGET else "FAIL")
     return 0 if ratio <= TARGET else 5
 
