@@ -1,13 +1,16 @@
 """One worker of the kill-switch fleet test: `python -m tests.kill_worker URL sync|async`.
 
-It checks calls without pause (a new call each time, so no rule refuses
-them), prints `ready` after its first check, and, at its first check refused
-with LoopBrakeHalt by the kill switch, prints `refused <unix time>` and exits.
+It checks calls without pause (a new call each time, in sessions of its own:
+workers sharing sessions check the same call in a row when their counts run
+in step, and the repeat rule rightly denies the third), prints `ready` after
+its first check, and, at its first check refused with LoopBrakeHalt by the
+kill switch, prints `refused <unix time>` and exits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -25,7 +28,7 @@ def run_sync(url: str) -> None:
     while True:
         n += 1
         try:
-            brake.check("search", {"n": n}, session_id=f"worker-{n % 16}")
+            brake.check("search", {"n": n}, session_id=f"worker-{os.getpid()}-{n % 16}")
         except LoopBrakeHalt as error:
             said(f"refused {time.time():.6f} {error.halt_rule}")
             brake.close()
@@ -40,7 +43,7 @@ async def run_async(url: str) -> None:
     while True:
         n += 1
         try:
-            await brake.check("search", {"n": n}, session_id=f"worker-{n % 16}")
+            await brake.check("search", {"n": n}, session_id=f"worker-{os.getpid()}-{n % 16}")
         except LoopBrakeHalt as error:
             said(f"refused {time.time():.6f} {error.halt_rule}")
             await brake.aclose()
