@@ -91,6 +91,8 @@ def test_bench_prices_the_physical_floors_and_the_cluster(redis_url: str, cluste
         assert figure["passed"] == (ratio <= bound if figure["target"][0] == "<" else ratio >= bound)
     assert all("pinned to CPU" in figures[key]["note"] for key in ("sync_check_raw", "sync_check_wire"))
     assert "fresh call id" in figures["server_cost"]["note"]
+    # beside the wire figure, in the same run: the least a Python client does (hash and pack, raw socket)
+    assert re.search(r"sent by the raw socket, .*: [\d.]+ / [\d.]+ µs, \d+\.\d\dx$", figures["sync_check_wire"]["note"])
     # the two server figures read the same rounds: ours against return 1, and against the bare record script
     server, record = figures["server_cost"], figures["server_record"]
     assert server["ours"] == record["ours"]

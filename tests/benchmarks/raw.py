@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import statistics
@@ -33,7 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, NamedTuple, ParamSpec
 
-from distbrake import BrakeSettings, DistributedBrake
+from distbrake import BrakeSettings, DistributedBrake, call_hash
 from distbrake.core import PreparedCall
 from distbrake.model import Rules
 from distbrake.redis import connect, wire
@@ -105,18 +106,31 @@ def sync_check_wire(
         encoded = [brake.encode(call)[2] for call in prepared if isinstance(call, PreparedCall)]
         if len(encoded) != len(SMALL_ARGS):
             return Figure(key, name, "µs", None, None, None, "<= 1.3x", None, "skipped: the tool is exempt here")
-        call = raw.call
+        call, encode = raw.call, brake.encode
+        rules = next(made.rules for made in prepared if isinstance(made, PreparedCall))
 
         def floor(i: int) -> object:  # every check's bytes carry a fresh call id: each is counted, as ours are
             return call(encoded[i & 1])
+
+        def least(i: int) -> object:  # the call hashed and packed (the brake's own code), sent by the raw socket
+            return call(encode(PreparedCall("search", call_hash("search", SMALL_ARGS[i & 1]), wire_session, None,
+                                            rules))[2])
 
         try:
             with pinned(pin_cpu, server_pid(backend.parsed_url, brake.client.info("server"))) as how:
                 ours_r, floor_r = paired_rounds(floor, ours, warmup=warmup, rounds=rounds, block=block, key=key,
                                                 step=step)
+                least_r, least_floor_r = paired_rounds(floor, least, warmup=warmup, rounds=rounds, block=block,
+                                                       key=key, step=step)
         finally:
             brake.clear(wire_session)
-    return _round_medians(key, name, ours_r, floor_r, 1.3, how, backend)
+    least_m = statistics.median(statistics.median(t) for t in least_r)
+    least_floor_m = statistics.median(statistics.median(t) for t in least_floor_r)
+    figure = _round_medians(key, name, ours_r, floor_r, 1.3, how, backend)
+    return dataclasses.replace(figure, note=(
+        f"{figure.note}; the least a Python client of this script does, the call hashed and packed (the brake's "
+        f"own code) and sent by the raw socket, interleaved with the floor in the same run: "
+        f"{least_m * 1e6:.1f} / {least_floor_m * 1e6:.1f} µs, {least_m / least_floor_m:.2f}x"))
 
 
 @contextlib.contextmanager
