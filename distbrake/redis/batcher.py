@@ -245,16 +245,7 @@ class Batcher:
                 on_wire.difference_update(keys)
                 lane.state = STARTING
             for run, reply in zip(batch, replies, strict=True):
-                futures = run.futures
-                if isinstance(reply, BaseException):
-                    _fail(futures, reply)
-                elif not isinstance(futures, list):  # the common case: a run of one
-                    if not futures.done():
-                        futures.set_result(reply)
-                else:
-                    for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
-                        if not future.done():
-                            future.set_result(one)
+                _answer(run.futures, reply)
 
     def _own_delay(self, now: float, sent_at: float, batch: list[Queued]) -> bool:
         """Whether a batch that timed out lost its time to the brake's own machinery, not to Redis: it was on
@@ -408,6 +399,20 @@ def _joined(key: str, run: list[Queued]) -> Queued:
     argv = encode_run([item.argv for item in run])
     futures: list[asyncio.Future[Any]] = [item.futures for item in run]  # type: ignore[misc]
     return Queued(key, argv, min(item.deadline for item in run), futures, resp_evalsha(key, argv))
+
+
+def _answer(futures: asyncio.Future[Any] | list[asyncio.Future[Any]], reply: Any) -> None:
+    """A run's reply to its checks' futures (an error to each; a run of several, each its own count); a future
+    already done (given the policy's verdict) is left as it is."""
+    if isinstance(reply, BaseException):
+        _fail(futures, reply)
+    elif not isinstance(futures, list):  # the common case: a run of one
+        if not futures.done():
+            futures.set_result(reply)
+    else:
+        for future, one in zip(futures, run_replies(reply, len(futures)), strict=True):
+            if not future.done():
+                future.set_result(one)
 
 
 def _fail(futures: asyncio.Future[Any] | list[asyncio.Future[Any]], error: BaseException) -> None:
