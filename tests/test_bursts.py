@@ -20,9 +20,10 @@ import pytest
 
 import distbrake
 from distbrake import AsyncDistributedBrake, LoopBrake, LoopBrakeError, Verdict
+from distbrake.redis.wire import session_key
 from tests.backends import ALL_BRAKES, Brakes, Checker, face, inspect_count, where
 from tests.fault_proxy import FaultProxy
-from tests.servers import RedisServer
+from tests.servers import RedisCluster, RedisServer
 from tests.waits import Stopwatch, measured
 
 RTT = 0.005
@@ -368,3 +369,34 @@ async def test_a_reply_unread_while_the_loop_is_busy_is_not_an_outage(
     assert not brake.failures.breaker.down and brake.health().ok
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
     assert (await brake.check("after", {}, session_id="after")).decided_by == "redis"
+
+
+async def test_a_cluster_batch_answers_each_masters_checks_without_waiting_for_the_slowest(
+    redis_cluster: RedisCluster, cluster_url: str, brakes: Brakes,
+) -> None:
+    """One batch over the three masters of a Cluster, one master's scripts held (CLIENT PAUSE WRITE): the checks
+    the other two answered are answered then, not when the held master is; its check is answered once it goes
+    on, counted once. (A batch used to answer every check when its slowest master replied.)"""
+    brake = brakes("async-cluster", cluster_url, timeout_seconds=30)
+    await queue_together(brake)  # connected, the script loaded, and the next checks queue as one batch
+    sessions: dict[int, str] = {}  # by master's port: a session whose record is on it
+    for n in itertools.count():
+        master = redis_cluster.node_for_key(session_key(f"s{n}"))
+        sessions.setdefault(master.port, f"s{n}")
+        if len(sessions) == 3:
+            break
+    held_port, *free_ports = sessions
+    held = next(node for node in redis_cluster.nodes if node.port == held_port)
+    held.command("CLIENT", "PAUSE", "60000", "WRITE")
+    try:
+        checks = {port: asyncio.ensure_future(brake.check("search", {"q": port}, session_id=session))
+                  for port, session in sessions.items()}
+        done, _ = await asyncio.wait([checks[port] for port in free_ports], timeout=15)
+        answered_first = {port for port in free_ports if checks[port] in done}
+        held_waiting = not checks[held_port].done()
+    finally:
+        held.command("CLIENT", "UNPAUSE")
+    verdicts = {port: await check for port, check in checks.items()}
+    print(f"\nanswered while master {held_port} was held: {sorted(answered_first)}")
+    assert answered_first == set(free_ports) and held_waiting
+    assert {port: (v.decided_by, v.count) for port, v in verdicts.items()} == dict.fromkeys(sessions, ("redis", 1))

@@ -10,7 +10,8 @@ slot map is read again (see `topology.py`).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, cast
 
 from .batch import read_replies, write_all
 from .topology import (
@@ -30,9 +31,10 @@ if TYPE_CHECKING:
     from .batcher import Queued
     from .script import Script
 
-__all__ = ["CLUSTER_CONCURRENCY", "ClusterPath"]
+__all__ = ["CLUSTER_CONCURRENCY", "Answered", "ClusterPath"]
 
 CLUSTER_CONCURRENCY = 32
+Answered = Callable[["Queued", Any], None]  # told of a run's final reply before its batch ends
 
 
 class ClusterPath:
@@ -43,7 +45,7 @@ class ClusterPath:
         self._script = script  # the brake's (its telemetry is told of each load after a NOSCRIPT)
         self._refreshing = asyncio.Lock()  # held while the slot map is read again
 
-    async def send(self, batch: list[Queued], sha: str) -> list[Any]:
+    async def send(self, batch: list[Queued], sha: str, answered: Answered | None = None) -> list[Any]:
         """The batch routed by slot, one packed pipeline per master.
 
         Each master gets its runs in one write on one of its connections (all
@@ -54,6 +56,8 @@ class ClusterPath:
         NOSCRIPT, or whose master's pipeline failed otherwise (a lost
         connection), goes the whole careful way, `per_key`.
         Safe: every run carries its call id, so a run that did reach Redis is a replay.
+        `answered` is told of each run a master answered as soon as that master's replies are read (the
+        other masters may still be working): those checks need not wait for the slowest master.
         """
         client = self._client
         try:
@@ -79,7 +83,7 @@ class ClusterPath:
             group[1].append(run)
             group[2].append(index)
         replies: list[Any] = [None] * len(batch)
-        results = await on_nodes([(node, runs) for node, runs, _ in groups.values()])
+        results = await on_nodes([(node, runs) for node, runs, _ in groups.values()], answered)
         for (_, _, indexes), result in zip(groups.values(), results, strict=True):
             if isinstance(result, BaseException):  # the master's pipeline failed: nothing is known of its runs
                 (retry if after_fast_path(result) == RETRY else again).extend(indexes)
@@ -153,9 +157,11 @@ class ClusterPath:
         return replies
 
 
-async def on_nodes(work: list[tuple[Any, list[Queued]]]) -> list[Any]:
+async def on_nodes(work: list[tuple[Any, list[Queued]]], answered: Answered | None = None) -> list[Any]:
     """Each (node, runs): the runs written in one send on one of the node's connections, every node's
-    first (so all masters work at once, with no task per node), then each node's replies read.
+    first (so all masters work at once), then the nodes' replies read as each node sends them (a task
+    per node when more than one has replies to read), and each run's reply that is not an error told to
+    `answered` as soon as its node's are read: a slow master delays its own checks only.
 
     A node whose write or read failed has that error as its result (its connection dropped); the
     others go on. Cancelled (the batch's deadline): every connection with replies unread is dropped.
@@ -163,6 +169,19 @@ async def on_nodes(work: list[tuple[Any, list[Queued]]]) -> list[Any]:
     """
     taken: list[tuple[Any, Any]] = []
     results: list[Any] = [None] * len(work)
+
+    async def read(index: int, connection: Any, runs: list[Queued]) -> None:
+        try:
+            results[index] = replies = await read_replies(connection, len(runs))
+        except Exception as error:
+            await connection.disconnect(nowait=True)
+            results[index] = error
+            return
+        if answered is not None:
+            for run, reply in zip(runs, replies, strict=True):
+                if not isinstance(reply, BaseException):  # final (an error reply may be retried)
+                    answered(run, reply)
+
     try:
         for index, (node, runs) in enumerate(work):
             connection = node.acquire_connection()
@@ -175,13 +194,13 @@ async def on_nodes(work: list[tuple[Any, list[Queued]]]) -> list[Any]:
             except Exception as error:
                 await connection.disconnect(nowait=True)
                 results[index] = error
-        for index, ((_, connection), (_, runs)) in enumerate(zip(taken, work, strict=True)):
-            if results[index] is None:
-                try:
-                    results[index] = await read_replies(connection, len(runs))
-                except Exception as error:
-                    await connection.disconnect(nowait=True)
-                    results[index] = error
+        reads = [read(index, connection, runs)
+                 for index, ((_, connection), (_, runs)) in enumerate(zip(taken, work, strict=True))
+                 if results[index] is None]
+        if len(reads) == 1:
+            await reads[0]
+        elif reads:
+            await _all(reads)
     except BaseException:
         for index, (_, connection) in enumerate(taken):
             if not isinstance(results[index], list):
@@ -192,3 +211,19 @@ async def on_nodes(work: list[tuple[Any, list[Queued]]]) -> list[Any]:
             node.release(connection)
     return results
 
+
+async def _all(coroutines: list[Coroutine[Any, Any, None]]) -> None:
+    """Run `coroutines` as tasks until every one ended; cancelled, cancel them and wait until they have ended
+    (so none still reads a connection its caller drops and releases)."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        await asyncio.wait(tasks)
+    finally:
+        left = [task for task in tasks if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+    for task in tasks:  # an error other than a read's (which `read` keeps as the node's result)
+        if not task.cancelled() and task.exception() is not None:
+            raise cast(BaseException, task.exception())

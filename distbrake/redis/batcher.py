@@ -21,7 +21,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.exceptions
 
-from .aio_cluster import ClusterPath
+from .aio_cluster import Answered, ClusterPath
 from .batch import read_replies, write_all
 from .contract import MODE, MODE_CHECK
 from .deadline import LazyDeadline
@@ -227,9 +227,18 @@ class Batcher:
             if self._cluster is not None and len(batch) == MAX_BATCH and self._busy < len(self._lanes):
                 self._start(next(other for other in self._lanes if other.state == IDLE))  # the rest of a long queue
             sent_at = loop.time()
+            early: set[str] = set()  # the keys of runs answered before the batch ended (a Cluster's masters)
+
+            def answered(run: Queued, reply: Any, early: set[str] = early) -> None:
+                """A run answered while the batch's other masters still work: its checks go on at once, and its
+                session may have its next run on the wire."""
+                _answer(run.futures, reply)
+                on_wire.discard(run.key)
+                early.add(run.key)
+
             try:
                 with self._deadline.bound(min(run.deadline for run in batch)):
-                    replies = await self._send(batch, lane)
+                    replies = await self._send(batch, lane, answered if self._cluster is not None else None)
             except BaseException as error:
                 failure: BaseException = error
                 if isinstance(error, TimeoutError) and self._own_delay(loop.time(), sent_at, batch):
@@ -241,8 +250,8 @@ class Batcher:
                 if isinstance(error, asyncio.CancelledError):
                     raise
                 continue
-            finally:
-                on_wire.difference_update(keys)
+            finally:  # (a key answered early may be on the wire again, on the other lane)
+                on_wire.difference_update([key for key in keys if key not in early] if early else keys)
                 lane.state = STARTING
             for run, reply in zip(batch, replies, strict=True):
                 _answer(run.futures, reply)
@@ -298,24 +307,26 @@ class Batcher:
         self._queue = later
         return [run if not isinstance(run, list) else _joined(key, run) for key, run in runs.items()]
 
-    async def _send(self, batch: list[Queued], lane: Lane) -> list[Any]:
+    async def _send(self, batch: list[Queued], lane: Lane, answered: Answered | None = None) -> list[Any]:
+        """The replies to `batch`; `answered` is told of a run's final reply as soon as it is known (a Cluster's
+        master that replied first), before the batch ends (its reply is in the list too)."""
         script = self._script
         if not self._loaded:  # load once up front rather than learn it from a burst of NOSCRIPTs
             await self._client.script_load(script.text)
             self._loaded = True
-        replies = await self._pipeline(batch, lane)
+        replies = await self._pipeline(batch, lane, answered)
         for reply in replies:
             if isinstance(reply, redis.exceptions.NoScriptError):  # a flushed or new server
                 return await script.aresend(batch, replies, functools.partial(self._pipeline, lane=lane),
                                             functools.partial(self._client.script_load, script.text))
         return replies
 
-    async def _pipeline(self, batch: list[Queued], lane: Lane) -> list[Any]:
+    async def _pipeline(self, batch: list[Queued], lane: Lane, answered: Answered | None = None) -> list[Any]:
         if self._direct:
             return await self._on_connection(batch, lane)
         sha = self._script.sha
         if self._cluster is not None:
-            return await self._cluster.send(batch, sha)
+            return await self._cluster.send(batch, sha, answered)
         pipe = self._client.pipeline(transaction=False)
         for run in batch:
             pipe.evalsha(sha, 1, run.key, *run.argv)
@@ -403,7 +414,7 @@ def _joined(key: str, run: list[Queued]) -> Queued:
 
 def _answer(futures: asyncio.Future[Any] | list[asyncio.Future[Any]], reply: Any) -> None:
     """A run's reply to its checks' futures (an error to each; a run of several, each its own count); a future
-    already done (given the policy's verdict) is left as it is."""
+    already done (answered early, or given the policy's verdict) is left as it is."""
     if isinstance(reply, BaseException):
         _fail(futures, reply)
     elif not isinstance(futures, list):  # the common case: a run of one

@@ -60,16 +60,20 @@ target, and that run:
   tasks: >= 1x; 0.9x; 1.05x; 0.85x (Python's cyclic GC at 4096 tasks: the
   README's Deployment section has the tuning that removes it)
 * Cluster (3 masters) / single node: async, 64 tasks; sync, 8 threads (issue
-  29): >= 0.9x; 0.64x (0.63x, 0.65x, 0.67x in three more runs); 0.92x (0.80x,
-  1.06x). The asyncio figure is bounded by this machine: its two CPUs run the
+  29): >= 0.9x; 0.87x, 0.86x, 0.87x in three runs of the figure alone,
+  alternating with the code before this change at 0.64x, 0.65x, 0.62x (each
+  master's checks answered as soon as that master replies, the masters'
+  replies read as they come, where a batch used to answer every check when
+  its slowest master had replied, read in turn); sync 0.92x (0.80x, 1.06x).
+  The asyncio figure is now bounded by this machine: its two CPUs run the
   client and every server, and a Cluster check costs more CPU on both sides
-  (the figure's note, same rounds: 13.6 µs client + 7.8 µs over the three
-  masters against 12.4 + 5.5 µs on the single node), so even a wholly
-  CPU-bound Cluster would reach about 0.84x here; the rest is a batch waiting
-  for its slowest master. Issue 29's changes (no halving of a Cluster batch
-  between two lanes, a key's slot remembered) took the client's CPU per
-  Cluster check from 16.8-17.7 µs to 14.3-15.2 µs and the masters' from
-  8.6-9.1 µs to 7.6-8.5 µs (a loaded machine, interleaved with the code before)
+  (the figure's note, same rounds: 11.7 µs client + 6.2 µs over the three
+  masters against 10.2 + 5.0 µs on the single node), so a wholly CPU-bound
+  Cluster reaches about 0.85x here, and it does. Earlier issue 29 changes
+  (no halving of a Cluster batch between two lanes, a key's slot
+  remembered) took the client's CPU per Cluster check from 16.8-17.7 µs to
+  14.3-15.2 µs and the masters' from 8.6-9.1 µs to 7.6-8.5 µs (a loaded
+  machine, interleaved with the code before)
 * Redis memory per session (`used_memory` growth, 20,000 UUID sessions,
   clients closed): node; Cluster: <= 240; 265 B; 233; 242 B
 * `LoopBrake.check` / sha256 of `json.dumps(args, sort_keys=True)`;
