@@ -10,7 +10,7 @@ slot map is read again (see `topology.py`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from .batch import read_replies, write_all
@@ -83,7 +83,8 @@ class ClusterPath:
             group[1].append(run)
             group[2].append(index)
         replies: list[Any] = [None] * len(batch)
-        results = await on_nodes([(node, runs) for node, runs, _ in groups.values()], answered)
+        results = await on_nodes(
+            [(node, runs) for node, runs, _ in groups.values()], answered, client.nodes_manager.nodes_cache)
         for (_, _, indexes), result in zip(groups.values(), results, strict=True):
             if isinstance(result, BaseException):  # the master's pipeline failed: nothing is known of its runs
                 (retry if after_fast_path(result) == RETRY else again).extend(indexes)
@@ -157,7 +158,9 @@ class ClusterPath:
         return replies
 
 
-async def on_nodes(work: list[tuple[Any, list[Queued]]], answered: Answered | None = None) -> list[Any]:
+async def on_nodes(
+    work: list[tuple[Any, list[Queued]]], answered: Answered | None = None, nodes: Mapping[str, Any] | None = None,
+) -> list[Any]:
     """Each (node, runs): the runs written in one send on one of the node's connections, every node's
     first (so all masters work at once), then the nodes' replies read as each node sends them (a task
     per node when more than one has replies to read), and each run's reply that is not an error told to
@@ -165,7 +168,9 @@ async def on_nodes(work: list[tuple[Any, list[Queued]]], answered: Answered | No
 
     A node whose write or read failed has that error as its result (its connection dropped); the
     others go on. Cancelled (the batch's deadline): every connection with replies unread is dropped.
-    No connection with unread replies ever goes back to its node.
+    No connection with unread replies ever goes back to its node. `nodes`: the client's nodes by name
+    (its nodes manager's cache); a connection of a node no longer there (a slot-map refresh dropped it
+    while this batch was on the wire) is closed when it is given back, as nothing else would close it.
     """
     taken: list[tuple[Any, Any]] = []
     results: list[Any] = [None] * len(work)
@@ -208,6 +213,8 @@ async def on_nodes(work: list[tuple[Any, list[Queued]]], answered: Answered | No
         raise
     finally:
         for node, connection in taken:
+            if nodes is not None and nodes.get(node.name) is not node:
+                await connection.disconnect(nowait=True)
             node.release(connection)
     return results
 
