@@ -17,8 +17,12 @@ under-estimate).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -71,3 +75,32 @@ def measured() -> Iterator[Stopwatch]:
         yield watch
     finally:
         watch.stop()
+
+
+def run_measured(
+    command: Sequence[str], *, timeout: float = 120.0, **options: object,
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run `command` to its end (text output captured; `options` as `subprocess.Popen` takes them): its result,
+    and its time less its main thread's run-queue delay, read from /proc/<pid>/schedstat once it has exited and
+    before it is reaped (a process that ran late on a loaded machine is not charged for the cores it waited for).
+    Killed after `timeout` seconds (its result then has the signal's return code)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        child = subprocess.Popen(command, stdout=out, stderr=err, **options)  # type: ignore[call-overload]
+        watchdog = threading.Timer(timeout, child.kill)
+        watchdog.start()
+        try:
+            os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its schedstat is there
+            ended = time.monotonic()
+            try:
+                delay = int(Path(f"/proc/{child.pid}/schedstat").read_text().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                delay = 0.0
+            code = child.wait()
+        finally:
+            watchdog.cancel()
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(
+            list(command), code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"))
+    return result, ended - started - min(delay, ended - started)
