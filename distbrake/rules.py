@@ -92,8 +92,10 @@ def count_in(value: object, what: str, low: int, high: int, off: str = "") -> in
 
 # warn_at, globally and per tool: an int >= 1, or None (unset).
 WarnAt = Annotated[int | None, BeforeValidator(lambda value: None if value is None else positive_int(value, "warn_at"))]
-# halt_at, max_failures, max_calls and cycle_halt_repeats: an int >= 1, or None (off).
-Count = Annotated[int | None, BeforeValidator(lambda value: None if value is None else positive_int(value, "it"))]
+# halt_at, max_failures, max_calls and cycle_halt_repeats: an int 1..MAX_COUNT, or None (off).
+MAX_COUNT = 2**32 - 1  # a count the script reads in 4 bytes (ARGV[LADDER])
+Count = Annotated[int | None, BeforeValidator(
+    lambda value: None if value is None else count_in(value, "it", 1, MAX_COUNT))]
 
 
 class ToolRules(BaseModel):

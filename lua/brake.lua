@@ -25,8 +25,13 @@ ARGV[JUDGED]    what the check is judged by, kept for `inspect` and `list`: the 
 ARGV[RESULT]    MODE_OBSERVE: 8 bytes of the tool result's digest
 ARGV[LONGEST]   MODE_CYCLES: the longest cycle period looked for, 2..4 (the same slot as RESULT)
 ARGV[REPEATS]   MODE_CYCLES: how many repetitions of a cycle deny, 2..10
-ARGV[LADDER]    MODE_LADDER: "halt_at cycle_halt_repeats once max_failures max_calls enforce", in decimal, 0 for a
-                rule that is off (enforce: 1 or 0); ARGV[LONGEST] and ARGV[REPEATS] are '0' when cycles are off
+ARGV[LADDER]    MODE_LADDER, its only argument after JUDGED (the same slot as RESULT): LADDER_BYTES (17) bytes, read
+                by one string.byte (no string made, nothing parsed): once (1 or 0), enforce (1 or 0),
+                cycle_halt_repeats, the longest cycle period and the cycle's repetitions (as ARGV[LONGEST] and
+                ARGV[REPEATS]; 0 and 0 when cycles are off), a byte each, then halt_at, max_failures and max_calls,
+                4 bytes big-endian each; 0 for a rule that is off
+ARGV[NOW]       MODE_LADDER for a once-only tool: the worker's clock, Unix seconds, 4 bytes big-endian (kept as the
+                time of a once-only call that runs; the server's TIME would cost each such check more)
 ARGV[HALT_INFO] MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (>= 1 ms),
                 ARGV[ABOUT] the field s for a session without a record (or '')
 
@@ -53,15 +58,15 @@ keeps that ttl) and returns 1; MODE_UNBLOCK deletes a halted session's record (r
 other alone (returns 0).
 
 The ladder (MODE_LADDER; the twin of distbrake/model.py's `check`): the streak step (and the ring step
-when ARGV[LONGEST] is not '0') as in MODE_CHECK/MODE_CYCLES, then the call's facts: once_since (the
+when ARGV[LADDER] has a longest period) as in MODE_CHECK/MODE_CYCLES, then the call's facts: once_since (the
 Unix seconds of the entry of o with this call's hash, unless this is a replay of that entry's call id),
 failures (of f<tool>), the call's number among the tool's calls (n<tool> + 1, written, for a counted
 call; for a replay, n<tool> less the calls counted since), all 0 when the rule is off. Judged in the
 model's order (halt_at or a cycle repeated cycle_halt_repeats times, repeat, cycle, once, failures,
 cap), a counted call (never a replay) then has its effects: a halt, when enforced, writes HALTED and x
 (rule kind 'repeat' by halt_at, else 'cycle'); else a once-only call that runs (not denied, or shadow
-mode) whose hash is not in o yet is appended to o (ONCE_ENTRIES at most, the oldest dropped). TIME is
-read only for those two. Reply: {code, once_since, failures, calls, halts (1: the cycle halts)}, and a
+mode) whose hash is not in o yet is appended to o (ONCE_ENTRIES at most, the oldest dropped; its time is
+ARGV[NOW]). TIME is read only for a halt. Reply: {code, once_since, failures, calls, halts (1: the cycle halts)}, and a
 completed cycle's period, hashes and tools after them; when those four are all 0, the reply of
 MODE_CHECK (or MODE_CYCLES with cycles on) instead: the ladder has nothing to judge but the count.
 
@@ -80,7 +85,7 @@ The record's fields (packed: every byte of every session counts):
   x (FIELD_HALT)    halted sessions only: since (Unix ms), kind, count, limit, hash prefix (12 hex), who, reason,
                     tool, joined by NUL bytes
   o (FIELD_ONCE)    once-only tools only: ONCE_ENTRY (17) bytes per call that ran: ONCE_HASH (8) bytes of the call
-                    hash | call id (5) | Unix seconds (4, big-endian), oldest first
+                    hash | call id (5) | Unix seconds (4, big-endian: ARGV[NOW]), oldest first
   f<tool>           max_failures only: call id (5) of the tool's last failure | its failures in a row, decimal
                     (empty after a success)
   n<tool>           max_calls only: the tool's counted calls in the session, decimal (<tool>: as in ARGV[ABOUT])
@@ -129,7 +134,7 @@ and their p tools (length byte and name each).
 ]]
 -- The wire contract (twin of distbrake/redis/contract.py).
 local CALL, MODE, LIMIT, TTL, ABOUT, WINDOW, JUDGED = 1, 2, 3, 4, 5, 6, 7
-local RESULT, LONGEST, REPEATS, LADDER, HALT_INFO = 8, 8, 9, 10, 1
+local RESULT, LONGEST, REPEATS, LADDER, LADDER_BYTES, NOW, HALT_INFO = 8, 8, 9, 8, 17, 9, 1
 local MODE_CHECK, MODE_CYCLES, MODE_OBSERVE, MODE_LADDER = 'c', 'y', 'o', 'l'
 local MODE_FAILED, MODE_BLOCK, MODE_UNBLOCK = 'f', 'b', 'u'
 local CALL_HASH_END, CALL_TTL_END, ID_BYTES = 16, 21, 5
@@ -219,7 +224,7 @@ if mode ~= MODE_CHECK then
     end
     return 0
   elseif mode == MODE_LADDER then
-    ladder, cycles = true, ARGV[LONGEST] ~= '0'
+    ladder = true
   elseif mode == MODE_CYCLES then
     cycles = true
   else
@@ -237,24 +242,38 @@ local last = sub(call, size - ID_BYTES + 1)
 local hash = sub(call, 1, CALL_HASH_END)
 local record, ring
 local name_list, cycle_reply, parse_ring, period_of
--- ARGV[LADDER]: halt_at, cycle_halt_repeats, once, max_failures, max_calls, enforce (0: off), in decimal
-local halt_at, halt_repeats, once, max_failures, max_calls, enforce, limit
+-- The cycle rule's longest period and repetitions (ARGV[LONGEST] and ARGV[REPEATS], or ARGV[LADDER]'s)
+local longest, repeats
+-- ARGV[LADDER]'s rules (0: off): once, enforce, cycle_halt_repeats, halt_at, max_failures, max_calls
+local once, enforce, halt_repeats, halt_at, max_failures, max_calls
 local once_list, failed, calls, tool  -- MODE_LADDER: the fields o, f<tool> and n<tool>, and the tool
 if plain then
   record = rcall('HGET', key, FIELD_STREAK)
 else
   if ladder then
-    halt_at, halt_repeats, once, max_failures, max_calls, enforce =
-      string.match(ARGV[LADDER], '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
-    halt_at, halt_repeats, once = tonumber(halt_at), tonumber(halt_repeats), tonumber(once)
-    max_failures, max_calls, enforce = tonumber(max_failures), tonumber(max_calls), tonumber(enforce)
-    tool = sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)
-    limit = tonumber(ARGV[LIMIT])
+    local h1, h2, h3, h4, f1, f2, f3, f4, c1, c2, c3, c4
+    once, enforce, halt_repeats, longest, repeats, h1, h2, h3, h4, f1, f2, f3, f4, c1, c2, c3, c4 =
+      byte(ARGV[LADDER], 1, LADDER_BYTES)
+    halt_at = ((h1 * 256 + h2) * 256 + h3) * 256 + h4
+    max_failures = ((f1 * 256 + f2) * 256 + f3) * 256 + f4
+    max_calls = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+    cycles = longest > 0
+  elseif cycles then
+    longest, repeats = tonumber(ARGV[LONGEST]), tonumber(ARGV[REPEATS])
   end
   if ladder and (cycles or once > 0 or max_failures > 0 or max_calls > 0) then
-    local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_RING, FIELD_ONCE, FIELD_FAILURES .. tool,
-      FIELD_CALLS .. tool)
-    record, ring, once_list, failed, calls = stored[1], stored[2], stored[3], stored[4], stored[5]
+    -- the fields of the rules that are on ('' names no field: nil)
+    if max_failures > 0 or max_calls > 0 then
+      tool = sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)
+    end
+    if cycles or max_failures > 0 or max_calls > 0 then
+      local stored = rcall('HMGET', key, FIELD_STREAK, cycles and FIELD_RING or '', once > 0 and FIELD_ONCE or '',
+        max_failures > 0 and FIELD_FAILURES .. tool or '', max_calls > 0 and FIELD_CALLS .. tool or '')
+      record, ring, once_list, failed, calls = stored[1], stored[2], stored[3], stored[4], stored[5]
+    else  -- once-only alone (each field asked for costs the server: none more)
+      local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_ONCE)
+      record, once_list = stored[1], stored[2]
+    end
   elseif cycles then
     local stored = rcall('HMGET', key, FIELD_STREAK, FIELD_RING)
     record, ring = stored[1], stored[2]
@@ -455,7 +474,6 @@ if not replayed then
   else
     -- Cycles on: the ring step, written with the record in one HSET.
     local periods, entries, tools = parse_ring()
-    local longest, repeats = tonumber(ARGV[LONGEST]), tonumber(ARGV[REPEATS])
     local size_byte = byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID
     local kept_entries = longest * math.max(repeats, halt_repeats or 0) * RING_ENTRY
     entries = entries .. string.rep(sub(call, 1, RING_ENTRY), k)
@@ -498,7 +516,7 @@ end
 -- effects (the tool's call count, the once-only call that ran, the halt); `reply`: the streak's answer (a
 -- code, or a cycle's array); `streak`: the field h just written (nil for a replay, whose n is the stored count).
 local once_since, failures, number = 0, 0, 0
-local prefix = sub(hash, 1, ONCE_HASH)
+local prefix = once > 0 and sub(hash, 1, ONCE_HASH)
 if once > 0 and once_list then
   local at = find(once_list, prefix, 1, true)
   while at and (at - 1) % ONCE_ENTRY ~= 0 do  -- found across two entries: not an entry's hash
@@ -522,14 +540,8 @@ if max_calls > 0 then
   end
 end
 if not replayed then
-  local rule = nil
-  if halts or (halt_at > 0 and count >= halt_at) then
-    rule = 'halt'
-  elseif count >= limit or period > 0 or (once > 0 and once_since > 0)
-      or (max_failures > 0 and failures >= max_failures) or (max_calls > 0 and number > max_calls) then
-    rule = 'other'
-  end
-  if rule == 'halt' and enforce > 0 then
+  local halting = halts or (halt_at > 0 and count >= halt_at)
+  if halting and enforce > 0 then
     local now = rcall('TIME')
     local by_count = halt_at > 0 and count >= halt_at
     local since = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
@@ -537,12 +549,14 @@ if not replayed then
       function(one) return string.format('%02x', byte(one)) end))
     rcall('HSET', key, FIELD_STREAK, streak .. HALTED, FIELD_HALT, table.concat({
       since, by_count and 'repeat' or 'cycle', string.format('%d', count),
-      string.format('%d', by_count and halt_at or halt_repeats), hex, '', '', tool}, '\0'))
-  elseif once > 0 and once_since == 0 and (rule == nil or enforce == 0) then
-    local seconds = tonumber(rcall('TIME')[1])
-    local entries = (once_list or '') .. prefix .. last .. char(
-      math.floor(seconds / 16777216) % 256, math.floor(seconds / 65536) % 256,
-      math.floor(seconds / 256) % 256, seconds % 256)
+      string.format('%d', by_count and halt_at or halt_repeats), hex, '', '',
+      tool or sub(ARGV[ABOUT], 2, 1 + byte(ARGV[ABOUT], 1) % ABOUT_PACKED_UUID)}, '\0'))
+  elseif once > 0 and once_since == 0 and (enforce == 0 or not (halting
+      or ((count > 1 or ARGV[LIMIT] == '1') and count >= tonumber(ARGV[LIMIT])) or period > 0
+      or (max_failures > 0 and failures >= max_failures) or (max_calls > 0 and number > max_calls))) then
+    -- a once-only call that runs: no rule refuses it (the model's judgement), or shadow mode (a first call's
+    -- count, 1, reaches the limit only when it is 1: no number made of ARGV[LIMIT] otherwise)
+    local entries = (once_list or '') .. prefix .. last .. ARGV[NOW]
     if #entries > ONCE_ENTRIES * ONCE_ENTRY then
       entries = sub(entries, -ONCE_ENTRIES * ONCE_ENTRY)
     end

@@ -47,6 +47,9 @@ def outcome(brake: Any, tool: str, args: Any, session: str = "s", call_id: str |
         ({"tools": {"s": {"exempt": True, "once": True}}}, "is exempt and also given halt_at, once"),
         ({"tools": {"s": {"max_calls": -1}}}, "max_calls"),
         ({"max_failures": "x"}, "invalid max_failures from argument max_failures"),
+        # the script reads a count in 4 bytes: 4294967295 at most (test_record_layout packs that one)
+        ({"halt_at": 2**32}, "invalid halt_at from argument halt_at: it must be 1..4294967295, not 4294967296"),
+        ({"tools": {"s": {"max_calls": 2**32}}}, "tools['s'].max_calls from argument tools: it must be 1..4294967295"),
     ],
 )
 def test_ladder_settings_are_validated_when_the_brake_is_built(options: dict[str, Any], message: str) -> None:

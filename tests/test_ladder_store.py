@@ -93,6 +93,19 @@ async def test_a_halted_session_is_refused_by_another_brake_for_any_tool_without
     assert (state.halt.kind, state.halt.hash_prefix, state.halt.limit) == ("repeat", state.hash_prefix, 5)
 
 
+@pytest.mark.parametrize("kind", STORED_BRAKES)
+async def test_a_once_only_call_denied_at_its_limit_is_not_kept_as_done(kind: str, brakes: Brakes) -> None:
+    """A once-only call refused by the streak rule did not run: another worker whose limit for the tool is higher
+    runs it later (the script keeps a once-only call only when no rule refuses it; a first call's count, 1, reaches
+    the limit only when that is 1)."""
+    strict = Checker(brakes(kind, **{**LADDER, "tools": {"mail": {"once": True, "max_repeats": 1}}}))
+    lenient = Checker(brakes(kind, **LADDER))  # mail once-only, max_repeats 3
+    assert (await answer(strict, "mail", {"to": 1}, "s"))[:2] == ("denied", "repeat")
+    assert (await answer(lenient, "mail", {"to": 2}, "s"))[:2] == ("allowed", "")
+    assert (await answer(lenient, "mail", {"to": 1}, "s"))[:2] == ("allowed", "")  # it never ran: it runs now
+    assert (await answer(lenient, "mail", {"to": 2}, "s"))[:2] == ("denied", "once")
+
+
 @pytest.mark.parametrize("kind", where(STORED_BRAKES, lambda kind: face(kind) == "async"))
 async def test_a_burst_on_a_halted_session_is_refused_whole(kind: str, brakes: Brakes) -> None:
     """Concurrent identical checks go as one run (see the batcher): a halted session refuses every one."""

@@ -10,8 +10,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -21,8 +23,9 @@ from distbrake import DistributedBrake, LoopBrakeError, LoopBrakeHalt, call_hash
 from distbrake.core import PreparedCall
 from distbrake.model import Halt, Rules
 from distbrake.redis import contract, wire
-from distbrake.redis.contract import JUDGED, LADDER, LONGEST, MODE, REPEATS, RESULT
-from distbrake.redis.wire import decode_reply, encode_call, resp_evalsha, script_sha
+from distbrake.redis.contract import JUDGED, LADDER, LADDER_BYTES, MODE, NOW, REPEATS, RESULT
+from distbrake.redis.script import brake_script
+from distbrake.redis.wire import CheckEncoder, decode_reply, encode_call, resp_evalsha, script_sha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
 
 STORED_BRAKES = where(ALL_BRAKES, lambda kind: kind != "loop")
@@ -129,12 +132,27 @@ def test_a_checks_packed_evalsha_is_its_key_and_argv_on_the_wire(
                 seen, observed, packed = encode_call(call, "team", 60_000, 500, cycles, failed=True)
                 assert (seen, observed[1:]) == (key, (b"f", *argv[2:7], b"1"))
                 assert packed == resp_evalsha(seen, observed) == redis_py_packs(seen, observed)
-            # a tool with a rule of the ladder: MODE_LADDER, the cycle arguments (0 0 without cycles), ARGV[LADDER]
+            # a tool with a rule of the ladder: MODE_LADDER, then ARGV[LADDER] alone: once, enforce, the cycle halt,
+            # the cycle rule's longest period and repetitions (0 0: off), a byte each; halt_at, max_failures and
+            # max_calls, 4 bytes big-endian each
             ladder = PreparedCall(tool, "ab" * 32, session, call_id, Rules(5, warn_at, enforce, (), progress, halt_at=7,
-                                                                           once=True, max_calls=9))
+                                                                           once=True, max_calls=2**32 - 1))
+            # and, the tool being once-only, ARGV[NOW]: this worker's clock (a once-only call's time)
+            before = int(time.time())
             key, argv, packed = encode_call(ladder, "team", 60_000, 500, cycles, cycle_halt=4 if cycles else 0)
-            assert len(argv) == LADDER and argv[MODE - 1] == b"l"
-            assert argv[LONGEST - 1:] == (*(cycles or (0, 0)), b"7 %d 1 0 9 %d" % (4 if cycles else 0, enforce))
+            assert len(argv) == NOW and argv[MODE - 1] == b"l"
+            assert argv[LADDER - 1] == bytes((1, enforce, *((4, *cycles) if cycles else (0, 0, 0)))) + bytes.fromhex(
+                "00000007" "00000000" "ffffffff")
+            assert len(argv[LADDER - 1]) == LADDER_BYTES
+            assert before <= int.from_bytes(cast(bytes, argv[NOW - 1]), "big") <= time.time()
+            assert packed == resp_evalsha(key, argv) == redis_py_packs(key, argv)
+            # the brake's own encoder packs the same (a tool not once-only: no ARGV[NOW])
+            for rules in (ladder.rules, ladder.rules._replace(once=False)):
+                made = ladder._replace(rules=rules)
+                encoder = CheckEncoder("team", 60_000, 500, cycles, brake_script().evalsha_head, 4 if cycles else 0)
+                mine = encoder(made)
+                assert len(mine[1]) == (NOW if rules.once else LADDER)
+                assert mine[2] == resp_evalsha(mine[0], mine[1]) == redis_py_packs(mine[0], mine[1])
             assert packed == resp_evalsha(key, argv) == redis_py_packs(key, argv)
 
 

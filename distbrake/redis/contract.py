@@ -17,7 +17,8 @@ The record (one Redis hash per session) has these fields:
     r  progress-aware tools only: 4 bytes of the call hash | the 8 bytes of the last result's digest
     c  cycles only: two period bytes | one count byte n | the ring (n entries) | the tools
     x  halted sessions only: why (HALT_PARTS joined by NUL bytes); h then ends with HALTED
-    o  once-only tools only: ONCE_ENTRY bytes per once-only call that ran (hash | call id | Unix seconds)
+    o  once-only tools only: ONCE_ENTRY bytes per once-only call that ran (hash | call id | Unix seconds, the
+       checking worker's clock: ARGV[NOW])
     f<tool>  max_failures only: the call id of the tool's last observed failure | its failures in a row (empty
              after a success)
     n<tool>  max_calls only: the tool's calls in the session, in decimal
@@ -46,7 +47,10 @@ workers its streak restarts (roll a fleet forward quickly); their readers
 are otherwise the same. The ladder needs every worker on its version: an older
 writer reads no count in a halted `h` ("5/3!"), starts the streak afresh and so
 lifts the halt, and ignores `o`, `f<tool>` and `n<tool>`; an older reader lists
-no halted session (its `h` is not a record to it).
+no halted session (its `h` is not a record to it). ARGV[LADDER]'s bytes and
+ARGV[NOW] changed after the ladder landed (decimal text and the server's TIME
+before): each worker still sends them only to its own script, and the record
+is the same, so workers on either side of that change share it.
 """
 
 from __future__ import annotations
@@ -55,10 +59,10 @@ __all__ = [
     "ABOUT", "ABOUT_PACKED_UUID", "CALL", "CALL_HASH_END", "CALL_TTL_END", "CYCLE_REPLY", "FIELDS", "FIELD_ABOUT",
     "FIELD_CALLS", "FIELD_FAILURES", "FIELD_HALT", "FIELD_JUDGED", "FIELD_ONCE", "FIELD_RESULT", "FIELD_RING",
     "FIELD_STREAK", "HALTED", "HALTED_BYTE", "HALT_INFO", "HALT_PARTS", "H_HASH_END", "H_JUDGED_MARK", "H_LAST_END",
-    "H_PREVIOUS_END", "H_TTL_END", "ID_BYTES", "JUDGED", "LADDER", "LADDER_REPLY", "LIMIT", "LONGEST", "MODE",
-    "MODE_BLOCK", "MODE_CHECK", "MODE_CYCLES", "MODE_FAILED", "MODE_LADDER", "MODE_OBSERVE", "MODE_UNBLOCK",
-    "NO_ID", "OBSERVE_IGNORED", "OBSERVE_RECORDED", "OBSERVE_RESTARTED", "ONCE_ENTRIES", "ONCE_ENTRY", "ONCE_HASH",
-    "REPEATS", "REPLY_COUNT", "REPLY_COUNT_SHIFT", "REPLY_HALTED", "REPLY_REPLAYED", "RESULT",
+    "H_PREVIOUS_END", "H_TTL_END", "ID_BYTES", "JUDGED", "LADDER", "LADDER_BYTES", "LADDER_REPLY", "LIMIT", "LONGEST",
+    "MODE", "MODE_BLOCK", "MODE_CHECK", "MODE_CYCLES", "MODE_FAILED", "MODE_LADDER", "MODE_OBSERVE", "MODE_UNBLOCK",
+    "NOW", "NO_ID", "OBSERVE_IGNORED", "OBSERVE_RECORDED", "OBSERVE_RESTARTED", "ONCE_ENTRIES", "ONCE_ENTRY",
+    "ONCE_HASH", "REPEATS", "REPLY_COUNT", "REPLY_COUNT_SHIFT", "REPLY_HALTED", "REPLY_REPLAYED", "RESULT",
     "RESULT_BYTES", "RING_ENTRY", "R_HASH_END", "TTL", "WINDOW",
 ]
 
@@ -117,7 +121,11 @@ JUDGED = 7  # what the check is judged by: "3", "5w2s", "5p" (see wire.judged_by
 RESULT = 8  # MODE_OBSERVE: the tool result's digest (RESULT_BYTES)
 LONGEST = 8  # MODE_CYCLES: the longest cycle period looked for, 2..4
 REPEATS = 9  # MODE_CYCLES: how many repetitions of a cycle deny, 2..10
-LADDER = 10  # MODE_LADDER: b"halt_at cycle_halt_repeats once max_failures max_calls enforce", decimal, 0: off
+LADDER = 8  # MODE_LADDER's only argument after JUDGED: LADDER_BYTES bytes (see wire.ladder_argv), 0: a rule off
+# ARGV[LADDER]: once, enforce, cycle_halt_repeats, the longest cycle period, the cycle's repetitions (0 0: cycles
+# off), a byte each; then halt_at, max_failures, max_calls, 4 bytes big-endian each (read by one string.byte)
+LADDER_BYTES = 17
+NOW = 9  # MODE_LADDER for a once-only tool: the worker's clock, Unix seconds, 4 bytes big-endian (its entry's time)
 HALT_INFO = 1  # MODE_BLOCK: the field x to write (the same slot as CALL); ARGV[TTL] its ttl (>= 1 ms)
 
 # ARGV[CALL]: the call hash, the ttl, then each call's id.
@@ -130,7 +138,7 @@ NO_ID = b"\0" * ID_BYTES  # in field h: no previous call id
 MODE_CHECK = b"c"  # a check (or a run of identical checks)
 MODE_CYCLES = b"y"  # a check with the cycle rule on (never a run)
 MODE_OBSERVE = b"o"  # an observation: the result of a progress-aware call
-MODE_LADDER = b"l"  # a check with the ladder's rules (ARGV[LADDER]; cycles too when ARGV[LONGEST] is not 0)
+MODE_LADDER = b"l"  # a check with the ladder's rules (ARGV[LADDER]; cycles too when it has a longest period)
 MODE_FAILED = b"f"  # an observation: whether a call of a tool with max_failures failed (ARGV[RESULT] b"1")
 MODE_BLOCK = b"b"  # an operator's block of one session (ARGV[HALT_INFO], ARGV[TTL], ARGV[ABOUT] or b"")
 MODE_UNBLOCK = b"u"  # lift a halt: the record is deleted (reply 1), only when the session is halted (else 0)

@@ -13,6 +13,8 @@ import hashlib
 import os
 import random
 import re
+import struct
+import time
 import uuid
 from collections.abc import Sequence
 from functools import lru_cache
@@ -171,7 +173,8 @@ def encode_call(
     rules), one look-up per check. `cycles`: (max_cycle_period,
     cycle_repeats) when the cycle rule is on: MODE_CYCLES, with ARGV[LONGEST] and ARGV[REPEATS].
     A tool with a rule of the ladder (`Rules.ladder`), or any tool when `cycle_halt` (cycle_halt_repeats)
-    is set: MODE_LADDER, ARGV[LONGEST] and ARGV[REPEATS] (0 and 0 without cycles), then ARGV[LADDER].
+    is set: MODE_LADDER, with ARGV[LADDER] (which holds the cycle rule's two numbers too), and for a
+    once-only tool ARGV[NOW] (this worker's clock: the time a once-only call that runs is kept with).
     `result`: the tool result's digest of an observation (MODE_OBSERVE, ARGV[RESULT]; no cycle arguments then).
     `failed`: an observation of whether the call failed (MODE_FAILED, ARGV[RESULT] b"1" or b"0").
     `head`: the brake's script's `evalsha_head` (see script.py; the standard script's by default).
@@ -185,6 +188,8 @@ def encode_call(
         mode, last = MODE_FAILED, b"1" if failed else b"0"
     else:
         mode, extra = check_mode(rules, cycles, cycle_halt)
+        if rules.once:
+            last = now_argument()[0]
     fixed = _fixed if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT else _fixed.__wrapped__
     key, rest, ttl, body, tail = fixed(
         session, tool, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress, key_prefix, ttl_ms, window_ms,
@@ -207,7 +212,7 @@ def check_mode(
 ) -> tuple[bytes, tuple[bytes | int, ...]]:
     """ARGV[MODE] of a check, and the ARGV after JUDGED its mode takes (see `encode_call`)."""
     if cycle_halt or rules.ladder:
-        return MODE_LADDER, (*(cycles or (0, 0)), ladder_argv(rules, cycle_halt if cycles else 0))
+        return MODE_LADDER, (ladder_argv(rules, cycles, cycle_halt if cycles else 0),)
     if cycles is not None:
         return MODE_CYCLES, cycles
     return MODE_CHECK, ()
@@ -247,6 +252,9 @@ class CheckEncoder:
         if len(first) != CALL_BYTES:  # a digest of another length than call_hash's: packed the general way
             return encode_call(call, self._key_prefix, self._ttl_ms, self._window_ms, self._cycles, head=self._head,
                                cycle_halt=self._cycle_halt)
+        if rules.once:  # ARGV[NOW] last (the array's length in parts[4] counts it)
+            now, packed_now = now_argument()
+            return parts[1], (first, *parts[2], now), b"".join((parts[4], first, parts[5], packed_now))
         return parts[1], (first, *parts[2]), b"".join((parts[4], first, parts[5]))
 
     def _made(self, session: str, tool: str, rules: Rules) -> _Parts:
@@ -254,7 +262,7 @@ class CheckEncoder:
         key, rest, ttl, body, tail = _fixed.__wrapped__(
             session, tool, rules.max_repeats, rules.warn_at, rules.enforce, rules.progress, self._key_prefix,
             self._ttl_ms, self._window_ms, mode, extra, self._head)
-        parts = (rules, key, rest, ttl, _array(5 + len(rest)) + body, tail)
+        parts = (rules, key, rest, ttl, _array(5 + len(rest) + rules.once) + body, tail)
         if len(session) <= CACHED_TEXT and len(tool) <= CACHED_TEXT:
             if len(self._parts) >= CACHED_CALLS:
                 self._parts = {}
@@ -262,12 +270,32 @@ class CheckEncoder:
         return parts
 
 
+_LADDER = struct.Struct(">5B3I")  # ARGV[LADDER]'s layout: contract.LADDER_BYTES
+_NOW = struct.Struct(">I")
+_now: tuple[int, bytes, bytes] = (-1, b"", b"")  # the second ARGV[NOW] was made for, it and its bulk string
+
+
+def now_argument() -> tuple[bytes, bytes]:
+    """ARGV[NOW] and its bulk string: this worker's clock, Unix seconds, 4 bytes big-endian (a once-only
+    call's time), made once a second."""
+    global _now  # one tuple, replaced whole: a thread reads an old one or the new one
+    second = int(time.time())
+    made = _now
+    if second != made[0]:
+        argument = _NOW.pack(second & 0xFFFFFFFF)
+        made = _now = (second, argument, _bulk(argument))
+    return made[1], made[2]
+
+
 @lru_cache(maxsize=256)
-def ladder_argv(rules: Rules, cycle_halt: int) -> bytes:
-    """ARGV[LADDER]: halt_at, cycle_halt_repeats, once, max_failures, max_calls, enforce, in decimal (0: off)."""
-    return b"%d %d %d %d %d %d" % (
-        rules.halt_at or 0, cycle_halt, rules.once, rules.max_failures or 0, rules.max_calls or 0, rules.enforce,
-    )
+def ladder_argv(rules: Rules, cycles: tuple[int, int] | None, cycle_halt: int) -> bytes:
+    """ARGV[LADDER] (contract.LADDER_BYTES): once, enforce, cycle_halt_repeats, the cycle rule's longest period
+    and repetitions (0 0: off), a byte each; halt_at, max_failures, max_calls, 4 bytes big-endian each (0: off;
+    each at most MAX_COUNT, as validated)."""
+    longest, repeats = cycles or (0, 0)
+    return _LADDER.pack(rules.once, rules.enforce, cycle_halt, longest, repeats, rules.halt_at or 0,
+                        rules.max_failures or 0, rules.max_calls or 0)
+
 
 
 @lru_cache(maxsize=CACHED_CALLS)

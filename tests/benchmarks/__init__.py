@@ -54,6 +54,14 @@ target, and that run:
   tool's check + observe / rules off: <= 1.1x; 1.2x; 2.2x; 1.00x; 1.04x; 2.04x
 * sync check of a brake reading the fleet's kill switch in the background /
   none (`kill_switch_cost`, issue 24): <= 1.1x; 0.99x
+* sync check of a once-only tool's new call (sessions of 8) with `halt_at`
+  on / rules off (`rules_ladder`, issue 24; a later run of the rules figures
+  on another machine of this kind): <= 1.1x; 1.06x, and 1.10x, 1.11x with
+  client and server on one CPU, where the code before ARGV[LADDER] became
+  bytes and a once-only call's time ARGV[NOW] measured 1.20x, 1.22x in the
+  same runs; its note, same rounds: a once-only tool's session at its 64
+  calls 1.11x (pinned 1.25x-1.29x, before 1.35x-1.37x), another tool's
+  check with the ladder on 1.02x (pinned 1.03x, before 1.08x-1.09x)
 * async, 64 tasks / redis.asyncio `EVALSHA return 1` from 64 tasks,
   unpipelined; in pipelines of 64, one in flight: >= 2x; 1x; 4.89x; 1.23x
 * async, 1 task / 1 task's unpipelined `EVALSHA return 1`; 4096 tasks / 64
