@@ -88,6 +88,7 @@ __all__ = [
     "judge",
     "new_counted",
     "observe",
+    "once_second",
     "operator_text",
     "step",
 ]
@@ -376,13 +377,19 @@ def check(
             streak.halt = Halt("cycle", now(), tool_name, count, cycles.halt_repeats or 0, digest[:12])
     elif rules.once and not replayed and judgement.outcome != "denied" and not facts.once_since:
         once = streak.once if streak.once is not None else []
-        once.append((digest[:ONCE_PREFIX], call_id, int(now())))
+        once.append((digest[:ONCE_PREFIX], call_id, once_second(now())))
         del once[:-ONCE_ENTRIES]
         streak.once = once
     return Counted(count, replayed, cycle, facts)
 
 
 ONCE_PREFIX = 16  # hex characters of the call hash a once-only call is remembered by (8 bytes)
+
+
+def once_second(now: float) -> int:
+    """A once-only call's time as it is kept: Unix seconds in 4 bytes, never 0, which means that none ran (a clock
+    at the epoch, or wrapped in 2106, would turn the rule off)."""
+    return (int(now) & 0xFFFFFFFF) or 1
 
 
 def _facts(

@@ -8,6 +8,7 @@ The rules themselves are judged against the reference model in `tests/test_rule_
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from distbrake import DistributedBrake, LoopBrakeError, LoopBrakeHalt
 from distbrake.model import Halt
+from distbrake.redis import wire
 from distbrake.redis.contract import FIELD_HALT, FIELD_ONCE, FIELD_STREAK, HALTED, ONCE_ENTRIES, ONCE_ENTRY
 from tests.backends import ALL_BRAKES, Brakes, Checker, face, store, where
 from tests.test_rule_options import LadderModel, ladder_answer
@@ -104,6 +106,20 @@ async def test_a_once_only_call_denied_at_its_limit_is_not_kept_as_done(kind: st
     assert (await answer(lenient, "mail", {"to": 2}, "s"))[:2] == ("allowed", "")
     assert (await answer(lenient, "mail", {"to": 1}, "s"))[:2] == ("allowed", "")  # it never ran: it runs now
     assert (await answer(lenient, "mail", {"to": 2}, "s"))[:2] == ("denied", "once")
+
+
+@pytest.mark.parametrize("clock", [0.5, -1.5, float(2**32) + 0.5])
+async def test_a_once_only_call_is_refused_whatever_the_workers_clock_reads(
+    make: Callable[..., Checker], clock: float, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A once-only call's time is the worker's clock in 4 bytes, where 0 means that none ran: a clock at the epoch
+    (or wrapped in 2106) must not turn the rule off, nor a clock before it break the check (its time kept as 1)."""
+    brake = make()
+    monkeypatch.setattr(time, "time", lambda: clock)
+    assert (await answer(brake, "mail", {"to": 1}, "s"))[:2] == ("allowed", "")
+    assert (await answer(brake, "mail", {"to": 2}, "s"))[:2] == ("allowed", "")
+    assert (await answer(brake, "mail", {"to": 1}, "s"))[:2] == ("denied", "once")
+    assert wire.now_argument()[0] == ((int(clock) & 0xFFFFFFFF) or 1).to_bytes(4, "big")
 
 
 @pytest.mark.parametrize("kind", where(STORED_BRAKES, lambda kind: face(kind) == "async"))

@@ -22,7 +22,18 @@ from typing import cast
 
 from ..core import Counted, Cycle, PreparedCall, SessionState
 from ..errors import ScriptReplyError
-from ..model import NO_FACTS, REASON_CHARS, WHO_CHARS, Facts, Halt, HaltKind, Rules, new_counted, operator_text
+from ..model import (
+    NO_FACTS,
+    REASON_CHARS,
+    WHO_CHARS,
+    Facts,
+    Halt,
+    HaltKind,
+    Rules,
+    new_counted,
+    once_second,
+    operator_text,
+)
 from .contract import (
     ABOUT_PACKED_UUID,
     CALL_HASH_END,
@@ -272,7 +283,7 @@ class CheckEncoder:
 
 _LADDER = struct.Struct(">5B3I")  # ARGV[LADDER]'s layout: contract.LADDER_BYTES
 _NOW = struct.Struct(">I")
-_now: tuple[int, bytes, bytes] = (-1, b"", b"")  # the second ARGV[NOW] was made for, it and its bulk string
+_now: tuple[int | None, bytes, bytes] = (None, b"", b"")  # the second ARGV[NOW] was made for, it and its bulk string
 
 
 def now_argument() -> tuple[bytes, bytes]:
@@ -282,7 +293,7 @@ def now_argument() -> tuple[bytes, bytes]:
     second = int(time.time())
     made = _now
     if second != made[0]:
-        argument = _NOW.pack(second & 0xFFFFFFFF)
+        argument = _NOW.pack(once_second(second))
         made = _now = (second, argument, _bulk(argument))
     return made[1], made[2]
 
