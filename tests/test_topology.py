@@ -171,7 +171,7 @@ class Brakes:
     def __init__(self, url: str, policies: tuple[str, ...] = ("closed", "local")) -> None:
         # a generous timeout: these tests are about redirects and retries, and a busy machine must not turn
         # a slow first slot-map read into a policy decision
-        options = {"max_repeats": 10**6, "retry_after_seconds": 0.05, "timeout_seconds": 2.0}
+        options = {"max_repeats": 10**6, "retry_after_seconds": 0.05, "timeout_seconds": 5.0}
         self.sync = {p: DistributedBrake.from_url(url, on_backend_error=p, **options) for p in policies}
         self.aio = {p: AsyncDistributedBrake.from_url(url, on_backend_error=p, **options) for p in policies}
 
