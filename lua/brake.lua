@@ -2,7 +2,9 @@
 
 The names below (ARGV slots, modes, byte ranges, fields, reply codes) are the wire contract; its twin is
 distbrake/redis/contract.py, with the same names and the same numbers. A byte range is given by its end:
-bytes END_A + 1 .. END_B here are [END_A:END_B] in Python.
+bytes END_A + 1 .. END_B here are [END_A:END_B] in Python. What Redis runs has each name folded into its value
+(distbrake/redis/script.py, `fold_contract`; the block's lines left empty, so line numbers hold): Redis runs this
+body anew for every check, and each local the block made cost every check server CPU.
 
 KEYS[1]         the session's streak record, a hash: <key_prefix>:<18 chars of base64url(sha256(session id))>
 ARGV[CALL]      the call, or a run of k identical calls of this session in the order they were
@@ -132,7 +134,7 @@ instead (CYCLE_REPLY): that integer, the period p, the cycle's p ring entries (R
 as hex: a client that decodes replies as text reads them too, in order, ending with this call)
 and their p tools (length byte and name each).
 ]]
--- The wire contract (twin of distbrake/redis/contract.py).
+-- The wire contract (twin of distbrake/redis/contract.py; folded into the code when loaded, see above).
 local CALL, MODE, LIMIT, TTL, ABOUT, WINDOW, JUDGED = 1, 2, 3, 4, 5, 6, 7
 local RESULT, LONGEST, REPEATS, LADDER, LADDER_BYTES, NOW, HALT_INFO = 8, 8, 9, 8, 17, 9, 1
 local MODE_CHECK, MODE_CYCLES, MODE_OBSERVE, MODE_LADDER = 'c', 'y', 'o', 'l'
@@ -343,15 +345,19 @@ if record then
     return {REPLY_HALTED, rcall('HGET', key, FIELD_HALT) or ''}
   end
   if find(record, hash, 1, true) == 1 then
-    -- the count's digits, up to H_JUDGED_MARK (or the end, in a record of an older version): read byte by
-    -- byte, as every string the script makes costs the server more than a few bytes read; no digit (a
-    -- record not of ours): no count, a new streak
+    -- the count's digits, up to H_JUDGED_MARK (or the end, in a record of an older version): read as bytes,
+    -- the first three by one string.byte (each call of a string function, and each string the script makes,
+    -- costs the server more than a few bytes read); no digit (a record not of ours): no count, a new streak
     local value, at = 0, H_TTL_END + 1
-    local digit = byte(record, at)
+    local digit, second, third = byte(record, at, at + 2)
     while digit and digit >= 48 and digit <= 57 do
       value = value * 10 + digit - 48
       at = at + 1
-      digit = byte(record, at)
+      if at <= H_TTL_END + 3 then
+        digit, second = second, third
+      else
+        digit = byte(record, at)
+      end
     end
     if at > H_TTL_END + 1 then
       stored = value
@@ -453,8 +459,11 @@ if not replayed then
   if k > 1 then
     before = sub(call, size - 2 * ID_BYTES + 1, size - ID_BYTES)
   end
-  local fields = hash .. last .. before .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. count .. H_JUDGED_MARK
-    .. ARGV[JUDGED]
+  -- the count in decimal: below 100 its digits by one string.char (a number made a string costs the server
+  -- about twice as much: Lua formats it as a float)
+  local fields = hash .. last .. before .. sub(call, CALL_HASH_END + 1, CALL_TTL_END) .. (count < 10 and
+    char(48 + count) or count < 100 and char(48 + (count - count % 10) / 10, 48 + count % 10) or count)
+    .. H_JUDGED_MARK .. ARGV[JUDGED]
   local code = count * REPLY_COUNT
   local renew = n == 0 and record and byte(ARGV[JUDGED], -1) == 112  -- "p": a progress-aware tool
   if not cycles then

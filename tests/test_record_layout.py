@@ -24,7 +24,7 @@ from distbrake.core import PreparedCall
 from distbrake.model import Halt, Rules
 from distbrake.redis import contract, wire
 from distbrake.redis.contract import JUDGED, LADDER, LADDER_BYTES, MODE, NOW, REPEATS, RESULT
-from distbrake.redis.script import brake_script
+from distbrake.redis.script import brake_script, contract_block, fold_contract, script_file, script_source
 from distbrake.redis.wire import CheckEncoder, decode_reply, encode_call, resp_evalsha, script_sha
 from tests.backends import ALL_BRAKES, Brakes, Checker, where
 
@@ -172,14 +172,7 @@ def test_the_lua_header_is_the_twin_of_contract_py() -> None:
     """Every name of the wire contract's block at the top of lua/brake.lua has the same value in
     distbrake/redis/contract.py, and every contract name (but Python's own helpers) is in that block."""
     text = (Path(__file__).resolve().parents[1] / "lua" / "brake.lua").read_text(encoding="utf-8")
-    block = text.split("-- The wire contract", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
-    lua: dict[str, object] = {}
-    for line in block:
-        found = re.fullmatch(r"local ([\w, ]+) = (.+?)(\s+--.*)?", line)
-        assert found is not None, line
-        names = [name.strip() for name in found.group(1).split(",")]
-        values = [ast.literal_eval(value.strip()) for value in found.group(2).split(",")]
-        lua.update(zip(names, values, strict=True))
+    lua = {name: ast.literal_eval(value) for name, value in contract_block(text).items()}
     for name, value in lua.items():
         mine = getattr(contract, name)
         assert (mine.decode("latin-1") if isinstance(mine, bytes) else mine) == value, name
@@ -188,6 +181,67 @@ def test_the_lua_header_is_the_twin_of_contract_py() -> None:
     }
     assert set(contract.__all__) - python_only == set(lua)
     assert "argc" not in text and "#ARGV" not in text  # the mode argument says what is asked, not a count
+
+
+def test_redis_runs_the_script_with_its_contract_folded_into_the_code() -> None:
+    """What Redis runs is lua/brake.lua line for line, the contract block's lines empty and each of its names
+    in the code replaced by its value as the block writes it; comments and string literals as they are."""
+    text, names = script_file(), contract_block(script_file())
+    assert script_source() == fold_contract(text) and brake_script().text == script_source()
+    lines, folded = text.splitlines(), script_source().splitlines()
+    assert len(folded) == len(lines)
+    first = next(i for i, line in enumerate(lines) if line.startswith("-- The wire contract"))
+    end = lines.index("", first)  # the block ends at the first empty line
+    assert folded[:first + 1] == lines[:first + 1]  # the header comment and the block's title
+    assert folded[first + 1:end] == [""] * (end - first - 1)
+    code, mine = "\n".join(lines[end:]), "\n".join(folded[end:])
+    kept = re.compile(r"--\[\[.*?\]\]|--[^\n]*|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"", re.S)
+    comments = [t for t in kept.findall(code) if t.startswith("--")]
+    assert [t for t in kept.findall(mine) if t.startswith("--")] == comments  # comments as they are
+    literals = iter(t for t in kept.findall(mine) if not t.startswith("--"))  # the code's string literals as they
+    assert all(any(t == found for found in literals) for t in kept.findall(code) if not t.startswith("--"))  # are,
+    assert set(literals) <= set(names.values())  # in order, among the folded values
+    assert not set(re.findall(r"\b[A-Z][A-Z0-9_]*\b", kept.sub("", mine))) & set(names)  # no name left in the code
+    assert "local call = ARGV[1]" in mine and "rcall('HGET', key, 'h')" in mine
+
+
+def test_folding_replaces_whole_names_outside_comments_and_strings() -> None:
+    text = "\n".join([
+        "--[[ CALL in a long comment ]]",
+        "-- The wire contract (a title).",
+        "local CALL, CALL_END = 1, 16",
+        "local MARK = '/'  -- CALL's mark",
+        "",
+        "local x = ARGV[CALL] .. 'CALL' .. \"CALL_END\"  -- CALL",
+        "return sub(x, CALL_END + 1, CALL_END) .. MARK .. CALLS",
+    ])
+    assert fold_contract(text).splitlines() == [
+        "--[[ CALL in a long comment ]]", "-- The wire contract (a title).", "", "", "",
+        "local x = ARGV[1] .. 'CALL' .. \"CALL_END\"  -- CALL",
+        "return sub(x, 16 + 1, 16) .. '/' .. CALLS",
+    ]
+    with pytest.raises(ValueError, match="not a line of the wire contract"):
+        fold_contract(text.replace("local MARK", "MARK"))
+
+
+@pytest.mark.parametrize("count", [8, 9, 98, 99, 100, 998, 999, 1000, 12345])
+@pytest.mark.parametrize("where", ["redis", "memory"])
+def test_a_streak_goes_on_from_any_count(where: str, redis_url: str, count: int) -> None:
+    """The count is kept in decimal (its digits made by string.char below 100) and read back as bytes (three
+    by one call, then byte by byte): a streak goes on from every number of digits."""
+    url = redis_url if where == "redis" else f"memory://counts-{uuid.uuid4().hex}"
+    with DistributedBrake.from_url(url, max_repeats=100_000) as brake:
+        session, tool, args = f"counts-{count}", "search", {"q": "paris"}
+        digest = bytes.fromhex(call_hash(tool, args))[:16]
+        brake.client.hset(brake.key(session), mapping={
+            b"h": digest + b"\x01" * 5 + b"\x02" * 5 + (60_000).to_bytes(5, "big") + b"%d/100000" % count,
+            b"s": bytes([len(tool)]) + tool.encode() + session.encode(),
+        })
+        brake.client.pexpire(brake.key(session), 60_000)
+        assert [brake.check(tool, args, session_id=session).count for _ in range(3)] == [count + 1, count + 2,
+                                                                                        count + 3]
+        assert brake.client.hget(brake.key(session), "h").endswith(b"%d/100000" % (count + 3))
+        brake.clear(session)
 
 
 @pytest.mark.parametrize("ladder", [{}, {"halt_at": 4, "tools": {"search": {"once": True, "max_calls": 5}}}])

@@ -8,12 +8,19 @@ one reload-and-resend rule of the sync and asyncio brakes). Each brake has a
 needs may differ from `lua/brake.lua` by a prefix (a *variant*, e.g. a
 shebang line some managed servers want), and its SHA and the bytes packed
 from it are the brake's, never the process's.
+
+What Redis runs is `lua/brake.lua` with the names of its wire-contract block
+folded into their values (`fold_contract`): Redis runs a script's body anew
+for every check, so each `local` of that block (about 60) would cost every
+check server CPU, and a literal costs nothing once compiled (Lua also folds
+`H_TTL_END + 1` then). The file keeps the names, the twin of `contract.py`.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache
 from importlib import resources
@@ -23,11 +30,17 @@ from typing import Any, TypeVar
 import redis.exceptions
 
 __all__ = [
-    "HOST_VARIANTS", "SCRIPT_FILE", "VARIANTS", "Script", "brake_script", "bulk", "script_for", "script_source",
-    "variant_for_hosts",
+    "CONTRACT_BLOCK", "HOST_VARIANTS", "SCRIPT_FILE", "VARIANTS", "Script", "brake_script", "bulk", "contract_block",
+    "fold_contract", "script_file", "script_for", "script_source", "variant_for_hosts",
 ]
 
 SCRIPT_FILE = "brake.lua"
+#: The comment that starts the script's wire-contract block: `local NAME, ... = value, ...` lines, up to the first
+#: empty line.
+CONTRACT_BLOCK = "-- The wire contract"
+_CONTRACT_LINE = re.compile(r"local ([\w, ]+) = (.+?)(\s+--.*)?")
+# What may hold a name in the script's code: a comment or a string literal (both left as they are), or a name.
+_LUA_TOKEN = re.compile(r"""--\[\[.*?\]\]|--[^\n]*|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|\b[A-Za-z_]\w*\b""", re.S)
 
 T = TypeVar("T")
 Q = TypeVar("Q")
@@ -104,13 +117,47 @@ class Script:
 
 
 @lru_cache(maxsize=1)
-def script_source() -> str:
+def script_file() -> str:
     """The text of `lua/brake.lua`: from the installed wheel, else the source tree."""
     packaged = resources.files("distbrake").joinpath("lua", SCRIPT_FILE)
     if packaged.is_file():
         return packaged.read_text(encoding="utf-8")
     tree = Path(__file__).resolve().parents[2] / "lua" / SCRIPT_FILE
     return tree.read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def script_source() -> str:
+    """The script as Redis runs it: `lua/brake.lua`, its contract's names folded into their values."""
+    return fold_contract(script_file())
+
+
+def contract_block(text: str) -> dict[str, str]:
+    """The names of the wire-contract block of the script `text`, each with its value as the Lua text writes it."""
+    lines = text.split(CONTRACT_BLOCK, 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    names: dict[str, str] = {}
+    for line in lines:
+        found = _CONTRACT_LINE.fullmatch(line)
+        if found is None:
+            raise ValueError(f"not a line of the wire contract: {line!r}")
+        values = [value.strip() for value in found.group(2).split(",")]
+        names.update(zip((name.strip() for name in found.group(1).split(",")), values, strict=True))
+    return names
+
+
+def fold_contract(text: str) -> str:
+    """The script `text` with each name of its wire-contract block replaced by its value in the code after the
+    block (not in comments or string literals), the block's lines left empty: the same lines, so an error's line
+    number is the file's."""
+    names = contract_block(text)
+    start, rest = text.split(CONTRACT_BLOCK, 1)
+    title, rest = rest.split("\n", 1)
+    block, code = rest.split("\n\n", 1)
+
+    def value(token: re.Match[str]) -> str:
+        return names.get(token.group(0), token.group(0))
+
+    return f"{start}{CONTRACT_BLOCK}{title}\n{chr(10) * block.count(chr(10))}\n\n{_LUA_TOKEN.sub(value, code)}"
 
 
 @lru_cache(maxsize=len(VARIANTS) + 1)

@@ -93,7 +93,8 @@ _ID_BITS = 8 * ID_BYTES
 
 
 def script_sha() -> str:
-    """SHA1 of the standard script (`lua/brake.lua`): what EVALSHA names it by, the same on every server."""
+    """SHA1 of the standard script (`lua/brake.lua` as Redis runs it, its contract folded in: see script.py): what
+    EVALSHA names it by, the same on every server."""
     return brake_script().sha
 
 
