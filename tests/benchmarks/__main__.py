@@ -80,7 +80,7 @@ def bench_command(
     Redis memory per session, single node / Cluster              <= 240 / 265 B
     LoopBrake.check vs sha256(json.dumps(args, sort_keys))       <= 1.5x
     server cost per check, realistic path, vs return 1           >= 0.3x
-    the same vs a bare record script (read, write, TTL)          >= 0.8x
+    its script time vs a bare record script (read, write, TTL)   >= 0.8x
     OpenTelemetry on (SDK + reader) vs off: sync, async 64 tasks <= 1.1x each
 
     The memory figure writes N short-lived keys under a dedicated prefix and

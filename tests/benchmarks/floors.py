@@ -6,9 +6,11 @@
 * `pinned`: client and server on one CPU while a figure runs (`--pin-cpu`),
   which reproduces the busy-machine state steadily; unpinned, on an idle
   machine, every round trip is dominated by CPU wake-ups.
-* `server_seconds_per_call`: the server's own CPU time (INFO `used_cpu_*`)
-  per command while our pipelined raw-socket load (16 commands per write,
-  several connections) keeps it busy: what `server_cost` compares.
+* `server_time_per_call`: the server's own CPU time (INFO `used_cpu_*`, all
+  in) and its scripts' time (INFO `commandstats`, the EVALSHAs alone) per
+  command while our pipelined raw-socket load (16 commands per write,
+  several connections) keeps it busy: what `server_cost` and
+  `server_record` compare.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import os
 import socket
 import ssl
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from distbrake.urls import ParsedURL
 
-__all__ = ["RawConnection", "pinned", "resp", "server_seconds_per_call"]
+__all__ = ["RawConnection", "ServerTime", "pinned", "resp", "server_time_per_call"]
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -132,23 +134,34 @@ def pinned(enabled: bool, server: int | None) -> Iterator[str]:
                 os.sched_setaffinity(server, theirs)
 
 
-def _server_cpu(connection: RawConnection) -> float:
-    text = connection.call(resp("INFO", "cpu")).decode("ascii", "replace")
+class ServerTime(NamedTuple):
+    """Seconds per command of a load: the server's CPU, all in (INFO cpu: network I/O and parsing too), and the
+    time its EVALSHAs took inside it (INFO commandstats: the scripts alone, which client speed does not enter)."""
+
+    cpu: float
+    script: float
+
+
+def _server_counters(connection: RawConnection) -> tuple[float, float, int]:
+    """The server's CPU seconds so far, and its EVALSHAs' microseconds and calls so far."""
+    text = connection.call(resp("INFO", "cpu", "commandstats")).decode("ascii", "replace")
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+    evalsha = dict(part.split("=", 1) for part in fields.get("cmdstat_evalsha", "calls=0,usec=0").split(","))
+    return (float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"]), float(evalsha["usec"]),
+            int(evalsha["calls"]))
 
 
-def server_seconds_per_call(
+def server_time_per_call(
     connections: Sequence[RawConnection], info: RawConnection, commands: Sequence[bytes], depth: int = 16,
-) -> float:
-    """The server's CPU seconds per command while `connections` send `commands`, `depth` per write.
+) -> ServerTime:
+    """The server's time per command while `connections` send `commands` (EVALSHAs), `depth` per write.
 
     Every connection has one write of `depth` commands in flight, so the
     server always has work queued (as with `redis-benchmark -P 16`).
     """
     batches = [b"".join(commands[i:i + depth]) for i in range(0, len(commands), depth)]
     sizes = [len(commands[i:i + depth]) for i in range(0, len(commands), depth)]
-    before = _server_cpu(info)
+    cpu, usec, calls = _server_counters(info)
     pending: list[tuple[RawConnection, int]] = []
     index = 0
     while index < len(batches) or pending:
@@ -159,4 +172,5 @@ def server_seconds_per_call(
                 index += 1
         connection, size = pending.pop(0)
         connection.replies(size)
-    return (_server_cpu(info) - before) / len(commands)
+    cpu_after, usec_after, calls_after = _server_counters(info)
+    return ServerTime((cpu_after - cpu) / len(commands), (usec_after - usec) / 1e6 / max(1, calls_after - calls))

@@ -9,18 +9,21 @@
 * `sync_check_wire`: the same sync check against the same checks' bytes,
   encoded beforehand and written by that raw socket: the script alone, no
   client work at all, the least a check can take (pinned as above).
-* `server_cost` and `server_record`: the server's CPU time per check of the
+* `server_cost` and `server_record`: the server's time per check of the
   brake on the realistic path (10,000 UUID sessions whose streaks go on,
-  each call with a fresh call id, so every check writes its record) against
-  per `EVALSHA return 1` (`server_cost`), and against the same checks sent
-  to a bare script that only reads the record, writes its three fields and
-  sets its TTL, with no logic (`server_record`: the least this record can
-  cost the server, as issue 29 sets it; its note adds the bare script
-  writing field h alone, all a streak that goes on writes now). redis-benchmark cannot vary an argument's bytes per
-  call, so the load is ours: pre-encoded distinct checks (the bytes the
-  brake sends) written 16 per write on 4 connections, and the server's CPU
-  time read from INFO before and after, the three loads in turn, round
-  after round. Each figure is a ratio of rates per second of server CPU.
+  each call with a fresh call id, so every check writes its record): its
+  CPU time, all in (INFO `used_cpu_*`), against `EVALSHA return 1`
+  (`server_cost`); and its script time (INFO `commandstats`, as issue 29
+  measures: client speed and the network I/O common to both do not enter)
+  against the same checks sent to a bare script that only reads the
+  record, writes its three fields and sets its TTL, with no logic
+  (`server_record`: the least this record can cost the server; its note
+  adds the bare script writing field h alone, all a streak that goes on
+  writes now, and the all-in ratio). redis-benchmark cannot vary an
+  argument's bytes per call, so the load is ours: pre-encoded distinct
+  checks (the bytes the brake sends) written 16 per write on 4
+  connections, and the server's counters read from INFO before and after,
+  the loads in turn, round after round. Each figure is a ratio of rates.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from distbrake.core import PreparedCall
 from distbrake.model import Rules
 from distbrake.redis import connect, wire
 
-from .floors import RawConnection, pinned, resp, server_pid, server_seconds_per_call
+from .floors import RawConnection, ServerTime, pinned, resp, server_pid, server_time_per_call
 from .local import SMALL_ARGS, Figure, Step, no_step, paired_rounds, ratio_figure
 from .server import FLOOR_SCRIPT, MEMORY_TOOL, SERVER_COST_SESSIONS, bench_brake, memory_note
 
@@ -53,7 +56,7 @@ RAW_KINDS = ("redis", "unix")
 SYNC_RAW = ("sync_check_raw", "sync check vs raw-socket EVALSHA return 1")
 SYNC_WIRE = ("sync_check_wire", "sync check vs its own bytes from a raw socket")
 SERVER_COST = ("server_cost", "server cost, realistic path: script vs return 1")
-SERVER_RECORD = ("server_record", "server cost, realistic path: script vs bare record script")
+SERVER_RECORD = ("server_record", "script time, realistic path: ours vs bare record script")
 P = ParamSpec("P")
 Measure = Callable[Concatenate[BrakeSettings, P], Figure]
 
@@ -196,14 +199,21 @@ def _checks(
     return out
 
 
-class ServerRates(NamedTuple):
-    """Rates per second of server CPU, the median of interleaved rounds: `EVALSHA return 1`, the brake's
-    realistic checks, and the same checks sent to the bare record script."""
+class Loads(NamedTuple):
+    """Rates of the loads (per second of one measure), the median of interleaved rounds: `EVALSHA return 1`, the
+    brake's realistic checks, the same checks sent to the bare record script, and to it writing h alone."""
 
     floor: float
     ours: float
     bare: float
-    bare_streak: float  # the bare script writing h alone
+    bare_streak: float
+
+
+class ServerRates(NamedTuple):
+    """The loads' rates per second of server CPU, all in (`cpu`), and per second of script time (`script`)."""
+
+    cpu: Loads
+    script: Loads
     rounds: int
     per_round: int
 
@@ -236,34 +246,37 @@ def _server_rates(backend: BrakeSettings, requests: int, rounds: int, timeout_se
         digests = [uuid.uuid4().hex * 2 for _ in sessions]
         floor_calls = [resp("EVALSHA", floor_sha, 0)] * per_round
         # Every session's streak starts first (not timed): the timed checks all continue one.
-        server_seconds_per_call(connections, info, _checks(prefix, sessions, digests, len(sessions), 0), DEPTH)
-        server_seconds_per_call(  # and so do the bare script's records
+        server_time_per_call(connections, info, _checks(prefix, sessions, digests, len(sessions), 0), DEPTH)
+        server_time_per_call(  # and so do the bare script's records
             connections, info, _checks(bare_prefix, sessions, digests, len(sessions), 0, bare_sha), DEPTH)
-        rates: tuple[list[float], ...] = ([], [], [], [])
+        times: tuple[list[ServerTime], ...] = ([], [], [], [])
         done = len(sessions)
         for _ in range(rounds):
             checks = _checks(prefix, sessions, digests, per_round, done)
             bare = _checks(bare_prefix, sessions, digests, per_round, done, bare_sha)
             streak = _checks(bare_prefix, sessions, digests, per_round, done, streak_sha)
             done += per_round
-            for load, out in zip((floor_calls, checks, bare, streak), rates, strict=True):
-                out.append(1 / server_seconds_per_call(connections, info, load, DEPTH))
+            for load, out in zip((floor_calls, checks, bare, streak), times, strict=True):
+                out.append(server_time_per_call(connections, info, load, DEPTH))
         _delete(parsed, prefix, timeout_seconds)
         _delete(parsed, bare_prefix, timeout_seconds)
     finally:
         for connection in (*connections, info):
             connection.close()
-    floor, ours, bare_rate, streak_rate = (statistics.median(out) for out in rates)
-    return ServerRates(floor, ours, bare_rate, streak_rate, rounds, per_round)
+    cpu, script = (Loads(*(statistics.median(1 / getattr(time, measure) for time in out) for out in times))
+                   for measure in ("cpu", "script"))
+    return ServerRates(cpu, script, rounds, per_round)
 
 
-SERVER_NOTE = ("per second of server CPU (INFO used_cpu_*): our raw-socket load, {depth} pre-encoded commands per "
-               "write on {connections} connections; {sessions} UUID sessions, every check continuing its streak with a "
-               "fresh call id; median of {rounds} rounds of {per_round}, the loads in turn")
+SERVER_NOTE = ("per second of {measure}: our raw-socket load, {depth} pre-encoded commands per write on {connections} "
+               "connections; {sessions} UUID sessions, every check continuing its streak with a fresh call id; median "
+               "of {rounds} rounds of {per_round}, the loads in turn")
+SERVER_CPU = "server CPU, all in (INFO used_cpu_*)"
+SCRIPT_TIME = "script time (INFO commandstats)"
 
 
-def _server_note(rates: ServerRates, extra: str) -> str:
-    return SERVER_NOTE.format(depth=DEPTH, connections=CONNECTIONS, sessions=SERVER_COST_SESSIONS,
+def _server_note(rates: ServerRates, measure: str, extra: str) -> str:
+    return SERVER_NOTE.format(measure=measure, depth=DEPTH, connections=CONNECTIONS, sessions=SERVER_COST_SESSIONS,
                               rounds=rates.rounds, per_round=rates.per_round) + "; " + extra
 
 
@@ -276,8 +289,9 @@ def server_cost(
     key, name = SERVER_COST
     rates = server_rates(backend, requests, rounds, timeout_seconds)
     step(key, rounds, rounds)
-    return ratio_figure(key, name, "req/s", rates.ours, rates.floor, at_least=0.3, samples=rounds * rates.per_round,
-                        note=_server_note(rates, f"the bare record script: {rates.bare / rates.floor:.2f}x"))
+    cpu = rates.cpu
+    return ratio_figure(key, name, "req/s", cpu.ours, cpu.floor, at_least=0.3, samples=rounds * rates.per_round,
+                        note=_server_note(rates, SERVER_CPU, f"the bare record script: {cpu.bare / cpu.floor:.2f}x"))
 
 
 @single_node(*SERVER_RECORD, "req/s", ">= 0.8x")
@@ -285,16 +299,21 @@ def server_record(
     backend: BrakeSettings, *, requests: int = 200_000, rounds: int = 5, timeout_seconds: float = 5.0,
     step: Step = no_step,
 ) -> Figure:
-    """The brake's checks (realistic path) per second of server CPU vs the same checks sent to the bare record
-    script (HGET, HSET of the record's three fields, PEXPIRE: no logic)."""
+    """The brake's checks (realistic path) per second of script time vs the same checks sent to the bare record
+    script (HGET, HSET of the record's three fields, PEXPIRE: no logic); all in, per second of server CPU, in its
+    note."""
     key, name = SERVER_RECORD
     rates = server_rates(backend, requests, rounds, timeout_seconds)
     step(key, rounds, rounds)
+    script, cpu = rates.script, rates.cpu
     per_check = ", ".join(f"{label} {1e6 / rate:.2f} µs" for label, rate in (
-        ("ours", rates.ours), ("bare", rates.bare), ("bare writing h alone", rates.bare_streak),
-        ("return 1", rates.floor)))
-    return ratio_figure(key, name, "req/s", rates.ours, rates.bare, at_least=0.8, samples=rounds * rates.per_round,
-                        note=_server_note(rates, f"server CPU per check: {per_check}"))
+        ("ours", script.ours), ("bare", script.bare), ("bare writing h alone", script.bare_streak),
+        ("return 1", script.floor)))
+    return ratio_figure(key, name, "req/s", script.ours, script.bare, at_least=0.8, samples=rounds * rates.per_round,
+                        note=_server_note(rates, SCRIPT_TIME, (
+                            f"script time per check: {per_check}; per second of {SERVER_CPU}: "
+                            f"{cpu.ours / cpu.bare:.2f}x (ours {1e6 / cpu.ours:.2f} µs, bare {1e6 / cpu.bare:.2f} µs)"),
+                        ))
 
 
 def _delete(parsed: Any, prefix: str, timeout_seconds: float) -> None:
