@@ -149,6 +149,7 @@ local REPLY_COUNT, REPLY_REPLAYED, REPLY_HALTED = 4, 1, 0
 local OBSERVE_IGNORED, OBSERVE_RECORDED, OBSERVE_RESTARTED = 0, 1, 2
 local NO_ID = '\0\0\0\0\0'  -- ID_BYTES zero bytes: no call id
 
+local string, ARGV = string, ARGV  -- locals: a global is a table look-up each time it is read
 local rcall, sub, byte, find, char = redis.call, string.sub, string.byte, string.find, string.char
 local key = KEYS[1]
 local call = ARGV[CALL]
