@@ -347,21 +347,24 @@ if record then
   end
   if find(record, hash, 1, true) == 1 then
     -- the count's digits, up to H_JUDGED_MARK (or the end, in a record of an older version): read as bytes,
-    -- the first three by one string.byte (each call of a string function, and each string the script makes,
-    -- costs the server more than a few bytes read); no digit (a record not of ours): no count, a new streak
-    local value, at = 0, H_TTL_END + 1
-    local digit, second, third = byte(record, at, at + 2)
-    while digit and digit >= 48 and digit <= 57 do
-      value = value * 10 + digit - 48
-      at = at + 1
-      if at <= H_TTL_END + 3 then
-        digit, second = second, third
-      else
-        digit = byte(record, at)
+    -- the first three by one string.byte, a count of one or two digits (most streaks) without a loop (every
+    -- call of a string function, and every Lua instruction, costs each check server CPU); no digit (a record
+    -- not of ours): no count, a new streak
+    local d1, d2, d3 = byte(record, H_TTL_END + 1, H_TTL_END + 3)
+    if d1 and d1 >= 48 and d1 <= 57 then
+      if not (d2 and d2 >= 48 and d2 <= 57) then
+        stored = d1 - 48
+      elseif not (d3 and d3 >= 48 and d3 <= 57) then
+        stored = (d1 - 48) * 10 + d2 - 48
+      else  -- three digits or more: the rest byte by byte
+        local value, at = ((d1 - 48) * 10 + d2 - 48) * 10 + d3 - 48, H_TTL_END + 4
+        local digit = byte(record, at)
+        while digit and digit >= 48 and digit <= 57 do
+          value, at = value * 10 + digit - 48, at + 1
+          digit = byte(record, at)
+        end
+        stored = value
       end
-    end
-    if at > H_TTL_END + 1 then
-      stored = value
     end
   end
 end
