@@ -119,6 +119,16 @@ def test_bench_prices_the_physical_floors_and_the_cluster(redis_url: str, cluste
     assert wrong.returncode == 2 and "redis+cluster://" in wrong.stderr
 
 
+def test_the_wire_figure_loads_the_script_its_raw_socket_sends(redis_url: str) -> None:
+    """sync_check_wire's floor is the brake's own EVALSHAs sent by a raw socket, which does not load a script on
+    NOSCRIPT: on a server whose script cache is empty (a restart, SCRIPT FLUSH) the figure still measures."""
+    with DistributedBrake.from_url(redis_url) as brake:
+        brake.client.script_flush()
+    figure = as_json(suite("--url", redis_url, "--quick", "--json", "--pin-cpu", "--only", "sync_check_wire"))
+    measured = figure["figures"][0]
+    assert measured["ours"] > 0 and measured["floor"] > 0, measured["note"]
+
+
 def test_bench_prices_start_up_against_the_dependencies_own() -> None:
     result = suite("--quick", "--json", "--only", "import_time", "--only", "cli_startup")
     report = as_json(result)

@@ -140,9 +140,11 @@ def sync_check_wire(
 def _raw_bench(
     backend: BrakeSettings, timeout_seconds: float,
 ) -> Iterator[tuple[DistributedBrake, RawConnection, Callable[[int], object]]]:
-    """A brake and a raw connection to its server, and the brake's check of two small calls in turn (`ours`)."""
+    """A brake and a raw connection to its server, and the brake's check of two small calls in turn (`ours`).
+    The brake's script is loaded first: the raw socket's pre-encoded EVALSHAs do not load it on NOSCRIPT."""
     brake = bench_brake(DistributedBrake, backend, f"bnch{uuid.uuid4().hex[:5]}", timeout_seconds)
     raw = RawConnection(backend.parsed_url, timeout_seconds)
+    raw.call(resp("SCRIPT", "LOAD", brake.script.text))
     session = f"bench-{uuid.uuid4()}"
     check = brake.check
 
