@@ -222,6 +222,9 @@ def test_folding_replaces_whole_names_outside_comments_and_strings() -> None:
     ]
     with pytest.raises(ValueError, match="not a line of the wire contract"):
         fold_contract(text.replace("local MARK", "MARK"))
+    for long_bracket in ("local s = [[CALL]]", "local s = [==[CALL]==]", "--[==[ a comment\n CALL ]==]"):
+        with pytest.raises(ValueError, match="long bracket"):  # its text would be folded silently: refused
+            fold_contract(f"{text}\n{long_bracket}")
 
 
 @pytest.mark.parametrize("count", [8, 9, 98, 99, 100, 998, 999, 1000, 12345])

@@ -40,6 +40,7 @@ SCRIPT_FILE = "brake.lua"
 CONTRACT_BLOCK = "-- The wire contract"
 _CONTRACT_LINE = re.compile(r"local ([\w, ]+) = (.+?)(\s+--.*)?")
 # What may hold a name in the script's code: a comment or a string literal (both left as they are), or a name.
+_LONG_BRACKET = re.compile(r"\[=*\[|\]=+\]")  # a long bracket's opening (any level), or a closing of level > 0
 _LUA_TOKEN = re.compile(r"""--\[\[.*?\]\]|--[^\n]*|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|\b[A-Za-z_]\w*\b""", re.S)
 
 T = TypeVar("T")
@@ -153,6 +154,9 @@ def fold_contract(text: str) -> str:
     start, rest = text.split(CONTRACT_BLOCK, 1)
     title, rest = rest.split("\n", 1)
     block, code = rest.split("\n\n", 1)
+    bare = _LUA_TOKEN.sub(lambda token: "" if token.group(0)[0] in "-'\"" else token.group(0), code)
+    if _LONG_BRACKET.search(bare):  # a long string, or what a comment of level > 0 leaves: text not told apart
+        raise ValueError("a long bracket in the script's code: the contract's names cannot be folded around it")
 
     def value(token: re.Match[str]) -> str:
         return names.get(token.group(0), token.group(0))
