@@ -17,6 +17,10 @@ import pytest
 from distbrake import DistributedBrake
 from tests.test_cli import ROOT, _env, as_json, one_line_error
 
+# What the tests read back after a run: a busy machine (the full suite on 4 workers) must not turn a slow first
+# connect or Cluster client build (0.5 s by default) into a failure of what they assert.
+READ_TIMEOUT = 5.0
+
 
 def suite(*args: str) -> subprocess.CompletedProcess[str]:
     """`python -m tests.benchmarks ARGS` from the repository's root, as `tests.test_cli.run` starts the CLI."""
@@ -42,7 +46,7 @@ def test_bench_memory_figure_on_real_redis_and_skipped_on_memory(redis_url: str)
     assert latency["ratio"] == pytest.approx(latency["ours"] / latency["floor"])
     assert set(latency) == {"key", "name", "unit", "ours", "floor", "ratio", "target", "passed",
                             "note", "samples"}
-    with DistributedBrake.from_url(redis_url) as brake:
+    with DistributedBrake.from_url(redis_url, timeout_seconds=READ_TIMEOUT) as brake:
         assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
 
     skipped = suite("--quick", "--only", "memory_per_session")
@@ -67,7 +71,7 @@ def test_bench_prices_the_rules_against_the_same_check_with_rules_off(redis_url:
     assert re.fullmatch(r"sessions of 8 once-only calls; in the same run, one session \(its once-only calls at their "
                         r"bound, 64\): \d+\.\d\dx; a check of a tool that is not once-only: \d+\.\d\dx",
                         figures["rules_ladder"]["note"])
-    with DistributedBrake.from_url(redis_url) as brake:
+    with DistributedBrake.from_url(redis_url, timeout_seconds=READ_TIMEOUT) as brake:
         assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
 
 
@@ -108,9 +112,9 @@ def test_bench_prices_the_physical_floors_and_the_cluster(redis_url: str, cluste
                      r"\(INFO used_cpu_\*\): \d+\.\d\dx \(ours ([\d.]+) µs, bare [\d.]+ µs\)$", record["note"])
     all_in = re.search(r"all in \(INFO used_cpu_\*\): [\d.]+x \(ours ([\d.]+) µs", record["note"])
     assert all_in is not None and float(all_in[1]) == pytest.approx(1e6 / server["ours"], abs=0.006)
-    with DistributedBrake.from_url(redis_url) as brake:
+    with DistributedBrake.from_url(redis_url, timeout_seconds=READ_TIMEOUT) as brake:
         assert brake.client.dbsize() == 0  # everything the benchmark wrote is gone
-    with DistributedBrake.from_url(cluster_url) as brake:
+    with DistributedBrake.from_url(cluster_url, timeout_seconds=READ_TIMEOUT) as brake:
         assert list(brake.sessions()) == []
 
     skipped = as_json(suite("--url", redis_url, "--quick", "--json", "--only", "cluster_async"))
@@ -122,7 +126,7 @@ def test_bench_prices_the_physical_floors_and_the_cluster(redis_url: str, cluste
 def test_the_wire_figure_loads_the_script_its_raw_socket_sends(redis_url: str) -> None:
     """sync_check_wire's floor is the brake's own EVALSHAs sent by a raw socket, which does not load a script on
     NOSCRIPT: on a server whose script cache is empty (a restart, SCRIPT FLUSH) the figure still measures."""
-    with DistributedBrake.from_url(redis_url) as brake:
+    with DistributedBrake.from_url(redis_url, timeout_seconds=READ_TIMEOUT) as brake:
         brake.client.script_flush()
     figure = as_json(suite("--url", redis_url, "--quick", "--json", "--pin-cpu", "--only", "sync_check_wire"))
     measured = figure["figures"][0]
