@@ -133,11 +133,19 @@ def script_source() -> str:
     return fold_contract(script_file())
 
 
+def _split(text: str) -> tuple[str, str, str]:
+    """The script `text` cut at its wire-contract block: what comes before the block's lines (its title line
+    included), the block's lines, and the code after the empty line that ends them."""
+    start, rest = text.split(CONTRACT_BLOCK, 1)
+    title, rest = rest.split("\n", 1)
+    block, code = rest.split("\n\n", 1)
+    return f"{start}{CONTRACT_BLOCK}{title}\n", block, code
+
+
 def contract_block(text: str) -> dict[str, str]:
     """The names of the wire-contract block of the script `text`, each with its value as the Lua text writes it."""
-    lines = text.split(CONTRACT_BLOCK, 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     names: dict[str, str] = {}
-    for line in lines:
+    for line in _split(text)[1].splitlines():
         found = _CONTRACT_LINE.fullmatch(line)
         if found is None:
             raise ValueError(f"not a line of the wire contract: {line!r}")
@@ -151,9 +159,7 @@ def fold_contract(text: str) -> str:
     block (not in comments or string literals), the block's lines left empty: the same lines, so an error's line
     number is the file's."""
     names = contract_block(text)
-    start, rest = text.split(CONTRACT_BLOCK, 1)
-    title, rest = rest.split("\n", 1)
-    block, code = rest.split("\n\n", 1)
+    head, block, code = _split(text)
     bare = _LUA_TOKEN.sub(lambda token: "" if token.group(0)[0] in "-'\"" else token.group(0), code)
     if _LONG_BRACKET.search(bare):  # a long string, or what a comment of level > 0 leaves: text not told apart
         raise ValueError("a long bracket in the script's code: the contract's names cannot be folded around it")
@@ -161,7 +167,7 @@ def fold_contract(text: str) -> str:
     def value(token: re.Match[str]) -> str:
         return names.get(token.group(0), token.group(0))
 
-    return f"{start}{CONTRACT_BLOCK}{title}\n{chr(10) * block.count(chr(10))}\n\n{_LUA_TOKEN.sub(value, code)}"
+    return head + "\n" * (block.count("\n") + 2) + _LUA_TOKEN.sub(value, code)
 
 
 @lru_cache(maxsize=len(VARIANTS) + 1)
