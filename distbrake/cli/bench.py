@@ -207,7 +207,8 @@ ROWS = (  # (field, what it is, unit)
 @click.option("--checks", metavar="N", default=5000, show_default=True, type=click.IntRange(min=TASKS),
               help=f"Checks to time, sync and again async ({TASKS} tasks).")
 @click.option("--sessions", metavar="N", default=5000, show_default=True, type=click.IntRange(min=100),
-              help="Fresh sessions written for the memory figure.")
+              help="Fresh sessions written for the memory figure (other clients' buffers move used_memory too: "
+                   "the more sessions, the steadier the figure).")
 def bench_command(app: App, *, checks: int, sessions: int, as_json: bool) -> None:
     """Measure the brake on the backend at --url: checks/s, latency, server CPU and memory per session.
 
