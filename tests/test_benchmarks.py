@@ -31,7 +31,8 @@ def suite(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_bench_memory_figure_on_real_redis_and_skipped_on_memory(redis_url: str) -> None:
-    result = suite("--url", redis_url, "--quick", "--sessions", "500", "--json",
+    # 2,000 sessions (~430 KB): an idle client of the shared server gives back 16-32 KB of buffers at any moment
+    result = suite("--url", redis_url, "--quick", "--sessions", "2000", "--json",
                  "--only", "memory_per_session", "--only", "sync_check_latency")
     report = as_json(result)
     # A loaded machine may miss a target: then the exit code says so (5), never 0.
@@ -39,7 +40,7 @@ def test_bench_memory_figure_on_real_redis_and_skipped_on_memory(redis_url: str)
     figures = {f["key"]: f for f in report["figures"]}
     assert set(figures) == {"memory_per_session", "sync_check_latency"}
     memory = figures["memory_per_session"]
-    assert memory["unit"] == "bytes" and 50 < memory["ours"] < 2000 and memory["samples"] == 500
+    assert memory["unit"] == "bytes" and 50 < memory["ours"] < 2000 and memory["samples"] == 2000
     assert memory["ratio"] is None and memory["target"] == "<= 240 B"
     latency = figures["sync_check_latency"]
     assert latency["ours"] > 0 and latency["floor"] > 0

@@ -438,20 +438,21 @@ def test_bench_measures_a_real_redis_in_absolute_terms_and_deletes_what_it_wrote
     redis_server: RedisServer, redis_url: str,
 ) -> None:
     before = _script_calls(redis_server)
-    result = run("--url", redis_url, "bench", "--checks", "640", "--sessions", "500", "--json")
+    # 2,000 sessions (~430 KB): an idle client of the shared server gives back 16-32 KB of buffers at any moment
+    result = run("--url", redis_url, "bench", "--checks", "640", "--sessions", "2000", "--json")
     assert result.returncode == 0, result.stderr
     report = as_json(result)
     _timed_checks_are_measured(report, 640)
     assert report["backend"] == redis_url and report["not_available"] == {}
     assert re.fullmatch(r"bench[0-9a-f]{4}", report["key_prefix"])
-    assert _script_calls(redis_server) - before >= 2 * 640 + 500  # every timed check ran the script
+    assert _script_calls(redis_server) - before >= 2 * 640 + 2000  # every timed check ran the script
     script, total = report["server_cpu_us_per_check"], report["server_total_cpu_us_per_check"]
     assert 0 < script < total  # the script's own time is a part of the server's CPU per check
     assert report["server_checks_per_core_second"] == pytest.approx(1e6 / total, rel=0.01)
     assert 50 < report["memory_bytes_per_session"] < 2000
     assert report["sessions_per_gb"] == pytest.approx(1e9 / report["memory_bytes_per_session"], rel=0.01)
-    # 500 sessions for memory, one sync session, 64 async tasks' warm-up and timed sessions, the warm-up
-    assert report["cleared"] == 500 + 1 + 2 * 64 + 1
+    # 2,000 sessions for memory, one sync session, 64 async tasks' warm-up and timed sessions, the warm-up
+    assert report["cleared"] == 2000 + 1 + 2 * 64 + 1
     assert redis_server.client().dbsize() == 0
 
     # 1,000 sessions (~200 KB): the growth of used_memory over 100 (~20 KB) was within what a client of an earlier
