@@ -213,6 +213,42 @@ async def test_a_backend_kind_can_give_its_brakes_a_variant_of_the_script(
     await brake.close()
 
 
+@pytest.mark.parametrize("shape", ["single", "cluster"])
+async def test_a_run_of_identical_async_checks_names_the_brakes_own_script(
+    shape: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The asyncio batcher sends identical checks of one session as one run (one script call): that call names
+    the brake's own script, as a single check does. Before the fix a run named the standard script, so a brake
+    with a variant (Upstash's) got NOSCRIPT again after each load of its own: on a single node the whole run fell
+    to the failure policy (here `closed`: BrakeUnavailableError), on a Cluster it cost more round trips."""
+    url = request.getfixturevalue("redis_url" if shape == "single" else "cluster_url")
+    servers = [request.getfixturevalue("redis_server")] if shape == "single" else \
+        request.getfixturevalue("redis_cluster").nodes
+    connector = "redis" if shape == "single" else "cluster"
+
+    async def bursts(brake: AsyncDistributedBrake, session: str) -> int:
+        """Two bursts of 20 identical checks; the NOSCRIPT errors the servers replied meanwhile."""
+        for server in servers:  # no script loaded (the brake loads its own)
+            server.command("SCRIPT", "FLUSH")
+            server.command("CONFIG", "RESETSTAT")
+        for burst in (1, 2):
+            verdicts = await asyncio.gather(*(brake.check("search", {"q": 1}, session_id=session) for _ in range(20)))
+            assert sorted(v.count for v in verdicts) == list(range(burst * 20 - 19, burst * 20 + 1))
+            assert {v.decided_by for v in verdicts} == {"redis"}
+        await brake.aclose()
+        return sum(int(server.info("errorstats").get("errorstat_NOSCRIPT", "count=0").split("=")[1])
+                   for server in servers)
+
+    standard = AsyncDistributedBrake.from_url(url, max_repeats=100, on_backend_error="closed")
+    monkeypatch.setitem(VARIANTS, "test-variant", "-- a variant of the script for a test server\n")
+    monkeypatch.setitem(CONNECTORS, connector, dataclasses.replace(
+        CONNECTORS[connector], script_variant=lambda parsed: "test-variant"))
+    variant = AsyncDistributedBrake.from_url(url, max_repeats=100, on_backend_error="closed")
+    assert (standard.script.variant, variant.script.variant) == ("redis", "test-variant")
+    # the variant's runs cost no more than the standard script's: no server is asked again for a script it lacks
+    assert await bursts(variant, f"variant-{shape}") <= await bursts(standard, f"standard-{shape}")
+
+
 @pytest.mark.parametrize(("threads", "limit"), [(2, 1), (8, 4), (16, 1)])
 def test_threads_sharing_a_small_pool_are_served_in_turn_not_taken_for_an_outage(
     server: RedisServer, threads: int, limit: int, caplog: pytest.LogCaptureFixture,

@@ -305,7 +305,8 @@ class Batcher:
                 waiting.add(key)  # once one check of a session waits, every later one does
             later.append(item)
         self._queue = later
-        return [run if not isinstance(run, list) else _joined(key, run) for key, run in runs.items()]
+        head = self._script.evalsha_head
+        return [run if not isinstance(run, list) else _joined(key, run, head) for key, run in runs.items()]
 
     async def _send(self, batch: list[Queued], lane: Lane, answered: Answered | None = None) -> list[Any]:
         """The replies to `batch`; `answered` is told of a run's final reply as soon as it is known (a Cluster's
@@ -405,11 +406,12 @@ def _same_call(first: tuple[Any, ...], argv: tuple[Any, ...]) -> bool:
     )
 
 
-def _joined(key: str, run: list[Queued]) -> Queued:
-    """Identical checks of one session as one run (one script call, see `wire.encode_run`)."""
+def _joined(key: str, run: list[Queued], head: bytes) -> Queued:
+    """Identical checks of one session as one run (one script call, see `wire.encode_run`) of the brake's script
+    (`head`: its `evalsha_head`, as each check's own)."""
     argv = encode_run([item.argv for item in run])
     futures: list[asyncio.Future[Any]] = [item.futures for item in run]  # type: ignore[misc]
-    return Queued(key, argv, min(item.deadline for item in run), futures, resp_evalsha(key, argv))
+    return Queued(key, argv, min(item.deadline for item in run), futures, resp_evalsha(key, argv, head))
 
 
 def _answer(futures: asyncio.Future[Any] | list[asyncio.Future[Any]], reply: Any) -> None:
