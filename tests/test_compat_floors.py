@@ -2,7 +2,9 @@
 
 `tests/constraints-floor.txt` pins the lowest supported release of each base dependency and of the extras
 whose floors are tested (otel, prometheus, and the test extra's opentelemetry-sdk); `.ci/run` installs the
-project with it and runs the core tests there. Each pin must be the floor `pyproject.toml` declares, redis-py
+project with it and runs the core tests there. `tests/constraints-floor-extras.txt` pins every other extra's
+dependencies at their floors, installed together (the adapter and gateway tests run there). Each pin must be the
+floor `pyproject.toml` declares, and every declared floor must be pinned by one of them; redis-py
 must be capped below its next major (the brake uses private internals of it), and the classifiers must name
 every Python that `.ci/run` tests.
 """
@@ -20,13 +22,16 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 CONSTRAINTS = ROOT / "tests" / "constraints-floor.txt"
+EXTRAS_CONSTRAINTS = ROOT / "tests" / "constraints-floor-extras.txt"
+#: Extras that cannot share the extras-floor environment (their mcp pins conflict); each has a cell of its own.
+OWN_ENVIRONMENT = ("crewai", "strands")
 #: The Pythons .ci/run tests: its own (3.11, the machine's) and the matrix's.
 CI_PYTHONS = ("3.11", "3.12", "3.13")
 
 
-def pins() -> dict[str, Version]:
+def pins(path: Path = CONSTRAINTS) -> dict[str, Version]:
     found = {}
-    for line in CONSTRAINTS.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             name, _, version = line.partition("==")
@@ -55,6 +60,25 @@ def test_every_pin_is_the_declared_floor() -> None:
         assert lower_bound(declared[name]) == version, (name, str(declared[name].specifier), str(version))
     base = {canonicalize_name(Requirement(r).name) for r in PYPROJECT["project"]["dependencies"]}
     assert base <= set(pinned), base - set(pinned)  # every base dependency has its floor tested
+
+
+def test_every_extras_floor_is_pinned_in_a_floor_cell() -> None:
+    """Every declared floor, of every extra that can share one environment, is the release a floor cell installs:
+    constraints-floor.txt's (base, otel, prometheus, opentelemetry-sdk) or constraints-floor-extras.txt's."""
+    floor_cell, extras_cell = pins(), pins(EXTRAS_CONSTRAINTS)
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    checked = 0
+    for extra, requirements in extras.items():
+        if extra == "all" or extra in OWN_ENVIRONMENT:
+            continue
+        for requirement in map(Requirement, requirements):
+            name = canonicalize_name(requirement.name)
+            floor = lower_bound(requirement)
+            assert floor in (floor_cell.get(name), extras_cell.get(name)), (extra, str(requirement))
+            checked += 1
+    assert checked > 30
+    for name, version in floor_cell.items():  # the floors cell's base pins are the extras cell's too where allowed
+        assert extras_cell[name] >= version, name
 
 
 def test_redis_py_is_capped_below_its_next_major() -> None:

@@ -247,7 +247,9 @@ def test_other_number_types_are_refused_naming_the_type_never_the_value(name: st
              "Decimal": decimal.Decimal("31337.5")}[name]
     with pytest.raises(UnsupportedArgumentsError) as raised:
         call_hash("t", {"a": value})
-    assert repr(name) in str(raised.value) and "31337" not in str(raised.value) and "1.25" not in str(raised.value)
+    # the type's own name: numpy 2's bool is `bool`, numpy 1.26's (the test extra's floor) `bool_`
+    assert repr(type(value).__name__) in str(raised.value)
+    assert "31337" not in str(raised.value) and "1.25" not in str(raised.value)
 
 
 def test_an_int_subclass_key_is_written_as_the_int() -> None:
