@@ -377,15 +377,15 @@ def _cluster_async(parsed: ParsedURL, timeout: float) -> Any:
 
 def _sentinel_sync(parsed: ParsedURL, timeout: float) -> Any:
     kwargs = _sync_kwargs(parsed, timeout)
-    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout, kwargs["retry"]), **kwargs
     )
-    return sentinel.master_for(parsed.path, db=parsed.db)  # type: ignore[no-untyped-call]
+    return sentinel.master_for(parsed.path, db=parsed.db)  # type: ignore[no-untyped-call,unused-ignore]
 
 
 def _sentinel_async(parsed: ParsedURL, timeout: float) -> Any:
     kwargs = _async_kwargs(parsed, timeout)
-    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         list(parsed.hosts), sentinel_kwargs=_sentinel_kwargs(parsed, timeout, kwargs["retry"]), **kwargs
     )
     return sentinel.master_for(parsed.path, db=parsed.db)
