@@ -185,7 +185,8 @@ async def test_one_call_per_run_is_a_loop_only_across_the_conversation(
 
     seen = [s for _ in range(3) for s in await driver.run(shared, body, Run(1, "c-turns"), **options)]
 
-    assert [s.refused for s in seen] == refused
+    # (seen once in CI, not reproduced since: [False] * 3 under "conversation"; the record says which check strayed)
+    assert [s.refused for s in seen] == refused, (seen, body.runs, await Checker(shared).inspect("c-turns"))
     assert len(body.runs) == refused.count(False)
 
 

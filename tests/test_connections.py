@@ -8,6 +8,7 @@ import gc
 import hashlib
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -16,7 +17,7 @@ from redis._parsers import _RESP2Parser
 from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrakeError
 from distbrake.redis.connect import CONNECTORS
 from distbrake.redis.script import VARIANTS, script_source
-from tests.backends import Checker
+from tests.backends import Brakes, Checker
 from tests.servers import RedisServer
 
 
@@ -81,7 +82,7 @@ def test_without_a_limit_each_checking_thread_opens_one_connection(server: Redis
     def received() -> int:
         return int(server.command("INFO", "stats").split("total_connections_received:")[1].split()[0])
 
-    brake = DistributedBrake.from_url(server.url)
+    brake = DistributedBrake.from_url(server.url, timeout_seconds=Brakes.TIMEOUT)  # no timeout's reconnect counted
     before = received()
 
     def work(i: int) -> None:
@@ -105,7 +106,7 @@ def test_a_checking_threads_connection_is_closed_when_the_thread_ends(server: Re
     """A framework running each tool call in a short-lived thread (CrewAI's hooks do) leaves no connection open
     behind it: the thread's connection closes when the thread ends, not at some later garbage collection (which
     left the socket open meanwhile and could close it first, warning of an unclosed socket)."""
-    brake = DistributedBrake.from_url(server.url)
+    brake = DistributedBrake.from_url(server.url, timeout_seconds=Brakes.TIMEOUT)
     brake.check("search", {"q": "weather"}, session_id="warm")  # the kill switch's reader has its connection
     baseline = peak_clients(server) - 1  # less this thread's own
 
@@ -196,11 +197,11 @@ async def test_a_backend_kind_can_give_its_brakes_a_variant_of_the_script(
     prefix, as some managed servers need) is what that brake's checks name, load after a NOSCRIPT, and run;
     another brake in the same process keeps the standard script."""
     monkeypatch.setitem(VARIANTS, "test-variant", "-- a variant of the script for a test server\n")
-    standard = DistributedBrake.from_url(server.url)
+    standard = DistributedBrake.from_url(server.url, timeout_seconds=Brakes.TIMEOUT)
     monkeypatch.setitem(CONNECTORS, "redis", dataclasses.replace(
         CONNECTORS["redis"], script_variant=lambda parsed: "test-variant"))
     kind = DistributedBrake if flavour == "sync" else AsyncDistributedBrake
-    brake = Checker(kind.from_url(server.url, max_repeats=3))
+    brake = Checker(kind.from_url(server.url, max_repeats=3, timeout_seconds=Brakes.TIMEOUT))
     text = VARIANTS["test-variant"] + script_source()
     assert (brake.brake.script.variant, brake.brake.script.text) == ("test-variant", text)
     assert brake.brake.script.sha == hashlib.sha1(text.encode()).hexdigest() != standard.script.sha
@@ -239,11 +240,14 @@ async def test_a_run_of_identical_async_checks_names_the_brakes_own_script(
         return sum(int(server.info("errorstats").get("errorstat_NOSCRIPT", "count=0").split("=")[1])
                    for server in servers)
 
-    standard = AsyncDistributedBrake.from_url(url, max_repeats=100, on_backend_error="closed")
+    # a 5 s timeout: a loaded machine must not reach the policy (the Cluster client is built and the script loaded
+    # within the first check: past the default 0.5 s on a busy CI machine, QueueTimeout)
+    options: dict[str, Any] = {"max_repeats": 100, "on_backend_error": "closed", "timeout_seconds": Brakes.TIMEOUT}
+    standard = AsyncDistributedBrake.from_url(url, **options)
     monkeypatch.setitem(VARIANTS, "test-variant", "-- a variant of the script for a test server\n")
     monkeypatch.setitem(CONNECTORS, connector, dataclasses.replace(
         CONNECTORS[connector], script_variant=lambda parsed: "test-variant"))
-    variant = AsyncDistributedBrake.from_url(url, max_repeats=100, on_backend_error="closed")
+    variant = AsyncDistributedBrake.from_url(url, **options)
     assert (standard.script.variant, variant.script.variant) == ("redis", "test-variant")
     # the variant's runs cost no more than the standard script's: no server is asked again for a script it lacks
     assert await bursts(variant, f"variant-{shape}") <= await bursts(standard, f"standard-{shape}")
