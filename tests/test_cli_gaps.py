@@ -87,8 +87,9 @@ def test_top_during_an_outage_says_every_pane_is_unknown() -> None:
     assert down.returncode == 0, down.stderr
     assert "Redis: unreachable" in down.stdout and down.stdout.count("unknown: Redis unreachable") == 3
     assert "(no streaks)" not in down.stdout and "(no denials or warnings)" not in down.stdout
-    data = as_json(run("--url", url, "--timeout", "0.5", "top", "--json"))
+    data = as_json(run("--url", url, "--timeout", "0.5", "top", "--since", "5m", "--json"))
     assert data["health"].startswith("unreachable") and data["streaks"] is None and data["tools"] is None
+    assert data["since_minutes"] == 5  # the window asked for, known or not (it said 0 during an outage)
 
 
 def test_demo_keep_leaves_the_stuck_and_the_blocked_session_and_says_how_to_see_them(redis_url: str) -> None:

@@ -166,12 +166,12 @@ def _commands(server: RedisServer) -> set[str]:
 
 
 class Tmux:
-    """One tmux server of this test's own (its own socket), running one command in a 120x30 terminal."""
+    """One tmux server of this test's own (its own socket), running one command in a `width`x40 terminal."""
 
-    def __init__(self, command: list[str]) -> None:
+    def __init__(self, command: list[str], width: int = 120) -> None:
         self.socket = f"distbrake-top-{uuid.uuid4().hex[:8]}"
         shell = " ".join(f"'{part}'" for part in command)
-        subprocess.run(["tmux", "-L", self.socket, "new-session", "-d", "-s", "top", "-x", "120", "-y", "30",
+        subprocess.run(["tmux", "-L", self.socket, "new-session", "-d", "-s", "top", "-x", str(width), "-y", "40",
                         f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {shell}"], check=True, timeout=30, cwd=ROOT)
 
     def screen(self) -> str:
@@ -237,6 +237,32 @@ async def test_top_in_a_real_terminal_shows_streaks_and_denials_and_quits_on_q(
     finally:
         terminal.close()
     assert _commands(redis_server) <= READS, _commands(redis_server) - READS  # top only read
+
+
+def test_top_in_an_80_column_terminal_shows_ids_whole_or_cut_in_the_middle_as_it_says(
+    tmux_path: str, redis_url: str,
+) -> None:
+    """The common default terminal: a session id gets a third of the width (26 of 80), and the table never cuts
+    it further (the other columns wrap): an id that fits shows whole, a longer one as its head, "…" and its tail,
+    and the note says so. (Before, the table cut every id at its end, the note's 40 and "in the middle" untrue.)"""
+    long_id, calm, blocked = "thread/run/0f8e9d2c-aaaa-bbbb-cccc-1234567890ab-run-42", "c" * 26, "b" * 24
+    with DistributedBrake.from_url(redis_url, max_repeats=3, otel=False) as worker:
+        for _ in range(2):
+            worker.check("search_the_web", {"q": 1}, session_id=long_id)
+        worker.check("fetch_the_page", {}, session_id=calm)
+        worker.block(blocked, reason="runaway spend on tool calls", who="ops-on-call")
+    terminal = Tmux([sys.executable, "-m", "distbrake", "top", "--url", redis_url], width=80)
+    try:
+        screen = terminal.wait_for("q quits")
+    finally:
+        terminal.close()
+    words = [line.split() for line in screen.splitlines() if line.strip()]
+    assert calm in [row[0] for row in words] and "fetch_the_p" in screen, screen  # whole, on one line
+    assert "…" not in screen.replace(f"{long_id[:13]}…", ""), screen  # nothing else cut off (a long word folds)
+    assert [blocked, "BLOCKED"] in [row[:2] for row in words], screen
+    assert f"{long_id[:13]}…{long_id[-12:]}" in [row[0] for row in words], screen
+    assert "ids longer than 26 characters are cut in the middle" in screen
+    assert max(len(line) for line in screen.splitlines()) <= 80, screen
 
 
 @pytest.mark.parametrize("store", ["redis", "cluster"])

@@ -37,7 +37,7 @@ BARS = " ▁▂▃▄▅▆▇█"
 TOP_STREAKS = 10
 TOP_TOOLS = 10
 ID_CHARS = 40  # a session id longer than this is shown as its head, "…" and its tail (where a UUID or run id ends)
-CUT_NOTE = f"ids longer than {ID_CHARS} characters are cut in the middle; distbrake list --json shows them whole"
+MIN_ID_CHARS = 16  # ... or longer than a third of a narrow terminal, down to this
 UNKNOWN = "unknown: Redis unreachable"
 _SINCE = re.compile(r"^(\d+)([mh]?)$")
 
@@ -79,11 +79,12 @@ def chart(values: list[int]) -> str:
     return "".join(BARS[0] if v <= 0 else BARS[max(1, round(v / top * (len(BARS) - 1)))] for v in values)
 
 
-def stats_json(minutes: Minutes, backend: str, prefix: str) -> dict[str, Any]:
+def stats_json(minutes: Minutes, backend: str, prefix: str, minutes_back: int) -> dict[str, Any]:
+    """The counters of the last `minutes_back` minutes (the window asked for, even when none could be read)."""
     return {
         "backend": backend,
         "key_prefix": prefix,
-        "since_minutes": len(minutes),
+        "since_minutes": minutes_back,
         "tools": {tool: _counts(tally) for tool, tally in totals(minutes).items()},
         "minutes": [
             {"minute": iso_time(minute * 60),
@@ -117,29 +118,41 @@ def halts_json(halted: list[SessionState], kill: KillState | None) -> dict[str, 
     }
 
 
-def short_id(session_id: str) -> str:
-    """A session id for a table column, escaped: whole, or its head and tail around "…" (at most ID_CHARS)."""
+def id_chars(width: int) -> int:
+    """How much of a session id a table on a terminal `width` columns wide shows: a third of it, from MIN_ID_CHARS
+    to ID_CHARS. The session column is never wrapped or cut by the table (the other columns wrap instead), so
+    what `short_id` cuts, in the middle, is all that is cut."""
+    return max(MIN_ID_CHARS, min(ID_CHARS, width // 3))
+
+
+def cut_note(chars: int) -> str:
+    return f"ids longer than {chars} characters are cut in the middle; distbrake list --json shows them whole"
+
+
+def short_id(session_id: str, chars: int = ID_CHARS) -> str:
+    """A session id for a table column, escaped: whole, or its head and tail around "…" (at most `chars`)."""
     shown = escape_text(session_id)
-    if len(shown) <= ID_CHARS:
+    if len(shown) <= chars:
         return shown
-    tail = (ID_CHARS - 1) // 2
-    return shown[:ID_CHARS - 1 - tail] + "…" + shown[-tail:]
+    tail = (chars - 1) // 2
+    return shown[:chars - 1 - tail] + "…" + shown[-tail:]
 
 
-def any_cut(states: list[SessionState]) -> bool:
+def any_cut(states: list[SessionState], chars: int) -> bool:
     """Whether a table of these sessions cuts an id (then the view says how to get it whole)."""
-    return any(len(escape_text(state.session_id)) > ID_CHARS for state in states)
+    return any(len(escape_text(state.session_id)) > chars for state in states)
 
 
-def halts_table(halted: list[SessionState], at: float, limit: int | None = None) -> Any:
-    table = make_table("session", "state", "who", "why", "since", "ttl", title=Text("halted and blocked sessions"))
+def halts_table(halted: list[SessionState], at: float, chars: int, limit: int | None = None) -> Any:
+    table = make_table("session", "state", "who", "why", "since", "ttl", title=Text("halted and blocked sessions"),
+                       whole=("session",))
     for state in halted[:limit] if limit else halted:
         halt = state.halt
         if halt is None:
             continue
         why = halt.reason if halt.who or halt.reason else f"{halt.kind} rule ({halt.tool_name[:40]})"
         table.add_row(
-            Text(short_id(state.session_id)), halt_word(halt), Text(escape_text(halt.who)),
+            Text(short_id(state.session_id, chars)), halt_word(halt), Text(escape_text(halt.who)),
             Text(escape_text(why[:60])), f"{span_text(at - halt.since)} ago" if halt.since else "",
             "none" if state.ttl_seconds is None else span_text(state.ttl_seconds),
         )
@@ -162,16 +175,16 @@ def stats_command(app: App, since: str, as_json: bool) -> None:
         kill = brake.kill_switch()
         halted = halted_sessions(brake)
     if as_json:
-        emit_json({**stats_json(minutes, app.backend, prefix), **halts_json(halted, kill)})
+        emit_json({**stats_json(minutes, app.backend, prefix, minutes_back), **halts_json(halted, kill)})
         return
     console = make_console()
-    now = time.time()
+    now, chars = time.time(), id_chars(console.width)
     if kill is not None:
         console.print(Text(kill_text(kill, now)))
     if halted:
-        print_renderable(console, halts_table(halted, now))
-        if any_cut(halted):
-            console.print(Text(CUT_NOTE))
+        print_renderable(console, halts_table(halted, now, chars))
+        if any_cut(halted, chars):
+            console.print(Text(cut_note(chars)))
     title = f"denials, warnings and halts on {escape_text(app.backend)}, last {minutes_back} min"
     if not any(tools for _, tools in minutes):
         console.print(Text(f"no denials or warnings on {escape_text(app.backend)} in the last {minutes_back} min "
@@ -215,17 +228,18 @@ def take_snapshot(brake: DistributedBrake, minutes_back: int) -> Snapshot:
     return Snapshot(now, "ok", latency, streaks, longest + halted[:TOP_STREAKS], minutes, halted, kill)
 
 
-def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: bool) -> Group:
-    """The view: the kill switch, the halted sessions, the longest streaks (each state in `list`'s words) and
-    the denials per tool; during an outage each pane says it is unknown."""
+def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: bool, width: int) -> Group:
+    """The view, for a terminal `width` columns wide: the kill switch, the halted sessions, the longest streaks
+    (each state in `list`'s words) and the denials per tool; during an outage each pane says it is unknown."""
+    chars = id_chars(width)
     health = (f"ok, PING {snapshot.latency_ms:.1f} ms" if snapshot.latency_ms is not None else snapshot.health)
     head = Text(f"distbrake top  {escape_text(backend)}  {iso_time(snapshot.at)}  Redis: {health}",
                 style="bold" if interactive else "")
     streaks = make_table("session", "tool", "count", "limit", "status", "idle",
-                         title=Text("longest streaks now"))
+                         title=Text("longest streaks now"), whole=("session",))
     for data in snapshot.streaks:
         streaks.add_row(
-            Text(short_id(data["session_id"])), Text(escape_text(data["tool_name"][:40])), str(data["count"]),
+            Text(short_id(data["session_id"], chars)), Text(escape_text(data["tool_name"][:40])), str(data["count"]),
             "-" if data["limit"] is None else str(data["limit"]), status_text(data),
             span_text(snapshot.at - data["updated_at"]),
         )
@@ -234,7 +248,7 @@ def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: boo
     if snapshot.kill is not None:
         parts.append(Text(kill_text(snapshot.kill, snapshot.at), style="bold red" if interactive else ""))
     if snapshot.halted or not known:
-        parts.append(halts_table(snapshot.halted, snapshot.at, TOP_STREAKS))
+        parts.append(halts_table(snapshot.halted, snapshot.at, chars, TOP_STREAKS))
     if not known:
         parts.append(Text(UNKNOWN))
     parts.append(streaks)
@@ -243,8 +257,8 @@ def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: boo
     parts.append(tools_table(snapshot.minutes, f"denials per tool, last {minutes_back} min", TOP_TOOLS))
     if not any(tools for _, tools in snapshot.minutes):
         parts.append(Text("(no denials or warnings)" if known else UNKNOWN))
-    if any_cut(snapshot.shown):
-        parts.append(Text(CUT_NOTE))
+    if any_cut(snapshot.shown, chars):
+        parts.append(Text(cut_note(chars)))
     if interactive:
         parts.append(Text("q quits", style="dim"))
     return Group(*parts)
@@ -292,7 +306,7 @@ def top_command(app: App, since: str, interval: float, as_json: bool) -> None:
         if not interactive:
             snapshot = take_snapshot(brake, minutes_back)
             if as_json:
-                data = stats_json(snapshot.minutes, app.backend, brake.settings.key_prefix)
+                data = stats_json(snapshot.minutes, app.backend, brake.settings.key_prefix, minutes_back)
                 data["health"] = snapshot.health
                 data["streaks"] = snapshot.streaks
                 data.update(halts_json(snapshot.halted, snapshot.kill))
@@ -300,11 +314,12 @@ def top_command(app: App, since: str, interval: float, as_json: bool) -> None:
                     data.update(dict.fromkeys(("streaks", "halted_sessions", "kill_switch", "tools", "minutes")))
                 emit_json(data)
             else:
-                print_renderable(make_console(), render(snapshot, app.backend, minutes_back, False))
+                console = make_console()
+                print_renderable(console, render(snapshot, app.backend, minutes_back, False, console.width))
             return
         console = make_console()
-        with _keys(), Live(render(take_snapshot(brake, minutes_back), app.backend, minutes_back, True),
+        with _keys(), Live(render(take_snapshot(brake, minutes_back), app.backend, minutes_back, True, console.width),
                            console=console, auto_refresh=False, screen=True) as live:
-            while not _quit_pressed(interval):
-                live.update(render(take_snapshot(brake, minutes_back), app.backend, minutes_back, True),
+            while not _quit_pressed(interval):  # the width read again each time: the terminal may be resized
+                live.update(render(take_snapshot(brake, minutes_back), app.backend, minutes_back, True, console.width),
                             refresh=True)

@@ -13,7 +13,7 @@ from typing import Any
 import click
 from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from ..errors import (
@@ -129,10 +129,13 @@ def make_console(stderr: bool = False) -> Console:
     )
 
 
-def make_table(*columns: str, title: str | Text | None = None) -> Table:
+def make_table(*columns: str, title: str | Text | None = None, whole: tuple[str, ...] = ()) -> Table:
+    """A table of `columns`; those named in `whole` are never wrapped or cut: on a narrow terminal the others wrap,
+    a word too long for its column folded onto the next line, never cut off."""
     terminal = sys.stdout.isatty()
     return Table(
-        *columns, title=title, box=box.SIMPLE_HEAD if terminal else None,
+        *(Column(name, no_wrap=name in whole, overflow="fold") for name in columns), title=title,
+        box=box.SIMPLE_HEAD if terminal else None,
         show_edge=False, pad_edge=False, header_style="bold" if terminal else "",
         title_justify="left", title_style="bold" if terminal else "",
     )
