@@ -7,6 +7,7 @@ piped, it prints one plain snapshot. Neither command writes to Redis.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -113,6 +114,19 @@ async def test_denials_and_warnings_per_tool_per_minute_reach_stats(
     assert "\x1b" not in text_out.stdout and "read\\x1b[2J\\x1b]0;owned\\x07file" in text_out.stdout
     lines = {line.split()[0]: line.split()[1:3] for line in text_out.stdout.splitlines()[2:]}
     assert lines["search"] == ["2", "1"]
+
+
+def test_a_counter_field_written_by_something_else_is_read_within_the_brakes_bounds(redis_url: str) -> None:
+    """The counters are data from outside: a field of any length (written by another program) is read as a brake
+    writes it, the tool name cut to 64 characters, in --json too; a table shows at most 40 of them."""
+    prefix = f"foreign{uuid.uuid4().hex[:6]}"
+    client = redis.Redis.from_url(redis_url)
+    client.hset(f"{prefix}:fleet:{int(time.time() // 60)}", "d:" + "x" * 5000, 7)
+    client.close()
+    data = json.loads(cli("stats", "--url", redis_url, "--key-prefix", prefix, "--json").stdout)
+    assert data["tools"] == {"x" * 64: {"denied": 7, "warned": 0, "halted": 0}}
+    table = cli("stats", "--url", redis_url, "--key-prefix", prefix).stdout
+    assert "x" * 40 in table and "x" * 41 not in table and len(table.splitlines()) <= 5, table
 
 
 def test_stats_rejects_a_window_beyond_what_redis_keeps(redis_url: str) -> None:
@@ -250,6 +264,7 @@ def test_top_in_an_80_column_terminal_shows_ids_whole_or_cut_in_the_middle_as_it
         for _ in range(2):
             worker.check("search_the_web", {"q": 1}, session_id=long_id)
         worker.check("fetch_the_page", {}, session_id=calm)
+        worker.check("search", {}, session_id="会话" * 10)
         worker.block(blocked, reason="runaway spend on tool calls", who="ops-on-call")
     terminal = Tmux([sys.executable, "-m", "distbrake", "top", "--url", redis_url], width=80)
     try:
@@ -258,11 +273,13 @@ def test_top_in_an_80_column_terminal_shows_ids_whole_or_cut_in_the_middle_as_it
         terminal.close()
     words = [line.split() for line in screen.splitlines() if line.strip()]
     assert calm in [row[0] for row in words] and "fetch_the_p" in screen, screen  # whole, on one line
-    assert "…" not in screen.replace(f"{long_id[:13]}…", ""), screen  # nothing else cut off (a long word folds)
     assert [blocked, "BLOCKED"] in [row[:2] for row in words], screen
     assert f"{long_id[:13]}…{long_id[-12:]}" in [row[0] for row in words], screen
+    # a wide (CJK) id is cut by terminal cells, two a character: 13 cells of head, 12 of tail
+    assert ["会话会话会话…会话会话会话", "search"] in [row[:2] for row in words], screen
+    cut = {f"{long_id[:13]}…", "会话会话会话…"}
+    assert "…" not in functools.reduce(lambda text, head: text.replace(head, ""), cut, screen), screen  # no other
     assert "ids longer than 26 characters are cut in the middle" in screen
-    assert max(len(line) for line in screen.splitlines()) <= 80, screen
 
 
 @pytest.mark.parametrize("store", ["redis", "cluster"])

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+from rich.cells import cell_len
 from rich.console import Group
 from rich.text import Text
 
@@ -36,8 +37,10 @@ from .sessions import halt_json, halt_word, iso_time, kill_json, kill_text, span
 BARS = " ▁▂▃▄▅▆▇█"
 TOP_STREAKS = 10
 TOP_TOOLS = 10
-ID_CHARS = 40  # a session id longer than this is shown as its head, "…" and its tail (where a UUID or run id ends)
-MIN_ID_CHARS = 16  # ... or longer than a third of a narrow terminal, down to this
+ID_CHARS = 40  # a session id wider than this is shown as its head, "…" and its tail (where a UUID or run id ends)
+MIN_ID_CHARS = 8  # ... or wider than a third of a narrow terminal, down to this
+OTHER_COLUMNS = 30  # what a table leaves the columns beside the session's at least
+SHOWN_TOOL_CHARS = 40  # a table shows at most this much of a tool name
 UNKNOWN = "unknown: Redis unreachable"
 _SINCE = re.compile(r"^(\d+)([mh]?)$")
 
@@ -99,7 +102,8 @@ def tools_table(minutes: Minutes, title: str, limit: int | None = None) -> Any:
     ranked = list(totals(minutes).items())
     for tool, (denied, warned, halted) in ranked[:limit] if limit else ranked:
         per_minute = [tools.get(tool, (0, 0, 0))[0] for _, tools in minutes]
-        table.add_row(Text(escape_text(tool)), str(denied), str(warned), str(halted), Text(chart(per_minute)))
+        table.add_row(Text(escape_text(tool[:SHOWN_TOOL_CHARS])), str(denied), str(warned), str(halted),
+                      Text(chart(per_minute)))
     return table
 
 
@@ -119,28 +123,40 @@ def halts_json(halted: list[SessionState], kill: KillState | None) -> dict[str, 
 
 
 def id_chars(width: int) -> int:
-    """How much of a session id a table on a terminal `width` columns wide shows: a third of it, from MIN_ID_CHARS
-    to ID_CHARS. The session column is never wrapped or cut by the table (the other columns wrap instead), so
-    what `short_id` cuts, in the middle, is all that is cut."""
-    return max(MIN_ID_CHARS, min(ID_CHARS, width // 3))
+    """How many terminal cells of a session id a table `width` cells wide shows: a third of the width, at most
+    ID_CHARS, leaving the other columns OTHER_COLUMNS, at least MIN_ID_CHARS. The session column is never wrapped
+    by the table (the other columns wrap instead), so on a terminal of 40 columns or more what `short_id` cuts,
+    in the middle, is all that is cut (narrower, the table cuts it again, with a "…" at its end)."""
+    return max(MIN_ID_CHARS, min(ID_CHARS, width // 3, width - OTHER_COLUMNS))
 
 
 def cut_note(chars: int) -> str:
     return f"ids longer than {chars} characters are cut in the middle; distbrake list --json shows them whole"
 
 
+def _head(text: str, cells: int) -> str:
+    """The longest start of `text` at most `cells` terminal cells wide."""
+    width = 0
+    for index, character in enumerate(text):
+        width += cell_len(character)
+        if width > cells:
+            return text[:index]
+    return text
+
+
 def short_id(session_id: str, chars: int = ID_CHARS) -> str:
-    """A session id for a table column, escaped: whole, or its head and tail around "…" (at most `chars`)."""
+    """A session id for a table column, escaped: whole, or its head and tail around "…", at most `chars` terminal
+    cells wide (a wide character, CJK say, takes two)."""
     shown = escape_text(session_id)
-    if len(shown) <= chars:
+    if cell_len(shown) <= chars:
         return shown
     tail = (chars - 1) // 2
-    return shown[:chars - 1 - tail] + "…" + shown[-tail:]
+    return _head(shown, chars - 1 - tail) + "…" + _head(shown[::-1], tail)[::-1]
 
 
 def any_cut(states: list[SessionState], chars: int) -> bool:
     """Whether a table of these sessions cuts an id (then the view says how to get it whole)."""
-    return any(len(escape_text(state.session_id)) > chars for state in states)
+    return any(cell_len(escape_text(state.session_id)) > chars for state in states)
 
 
 def halts_table(halted: list[SessionState], at: float, chars: int, limit: int | None = None) -> Any:
@@ -150,7 +166,7 @@ def halts_table(halted: list[SessionState], at: float, chars: int, limit: int | 
         halt = state.halt
         if halt is None:
             continue
-        why = halt.reason if halt.who or halt.reason else f"{halt.kind} rule ({halt.tool_name[:40]})"
+        why = halt.reason if halt.who or halt.reason else f"{halt.kind} rule ({halt.tool_name[:SHOWN_TOOL_CHARS]})"
         table.add_row(
             Text(short_id(state.session_id, chars)), halt_word(halt), Text(escape_text(halt.who)),
             Text(escape_text(why[:60])), f"{span_text(at - halt.since)} ago" if halt.since else "",
@@ -239,8 +255,8 @@ def render(snapshot: Snapshot, backend: str, minutes_back: int, interactive: boo
                          title=Text("longest streaks now"), whole=("session",))
     for data in snapshot.streaks:
         streaks.add_row(
-            Text(short_id(data["session_id"], chars)), Text(escape_text(data["tool_name"][:40])), str(data["count"]),
-            "-" if data["limit"] is None else str(data["limit"]), status_text(data),
+            Text(short_id(data["session_id"], chars)), Text(escape_text(data["tool_name"][:SHOWN_TOOL_CHARS])),
+            str(data["count"]), "-" if data["limit"] is None else str(data["limit"]), status_text(data),
             span_text(snapshot.at - data["updated_at"]),
         )
     known = snapshot.latency_ms is not None

@@ -130,11 +130,13 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def make_table(*columns: str, title: str | Text | None = None, whole: tuple[str, ...] = ()) -> Table:
-    """A table of `columns`; those named in `whole` are never wrapped or cut: on a narrow terminal the others wrap,
-    a word too long for its column folded onto the next line, never cut off."""
+    """A table of `columns`; those named in `whole` are never wrapped (on a narrow terminal the others wrap, a word
+    too long for its column folded onto the next line, never cut off; too narrow for that, a `whole` column is cut,
+    with a "…")."""
     terminal = sys.stdout.isatty()
     return Table(
-        *(Column(name, no_wrap=name in whole, overflow="fold") for name in columns), title=title,
+        *(Column(name, no_wrap=name in whole, overflow="ellipsis" if name in whole else "fold") for name in columns),
+        title=title,
         box=box.SIMPLE_HEAD if terminal else None,
         show_edge=False, pad_edge=False, header_style="bold" if terminal else "",
         title_justify="left", title_style="bold" if terminal else "",

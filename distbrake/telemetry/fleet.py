@@ -214,6 +214,7 @@ def decode_minute(reply: Mapping[Any, Any]) -> dict[str, Tally]:
         noted, _, tool = field.partition(":")
         if noted not in NOTED:
             continue
+        tool = tool[:TOOL_CHARS]  # as a brake writes it: a longer field was written by something else
         try:
             count = int(raw_count)
         except ValueError:
