@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 CONSTRAINTS = ROOT / "tests" / "constraints-floor.txt"
 EXTRAS_CONSTRAINTS = ROOT / "tests" / "constraints-floor-extras.txt"
+OWN_CONSTRAINTS = ROOT / "tests" / "constraints-floor-own.txt"
 #: Extras that cannot share the extras-floor environment (their mcp pins conflict); each has a cell of its own.
 OWN_ENVIRONMENT = ("crewai", "strands")
 #: The Pythons .ci/run tests: its own (3.11, the machine's) and the matrix's.
@@ -79,6 +80,16 @@ def test_every_extras_floor_is_pinned_in_a_floor_cell() -> None:
     assert checked > 30
     for name, version in floor_cell.items():  # the floors cell's base pins are the extras cell's too where allowed
         assert extras_cell[name] >= version, name
+
+
+def test_every_floor_of_an_extra_in_its_own_environment_is_pinned_for_its_floor_cell() -> None:
+    """crewai's and strands' floors are the releases .ci/run's floor cell of each installs (beside its newest)."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    requirements = [Requirement(text) for extra in OWN_ENVIRONMENT for text in extras[extra]]
+    declared = {canonicalize_name(r.name): lower_bound(r) for r in requirements}
+    assert declared == pins(OWN_CONSTRAINTS)
+    run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert all(f"{extra}:floor" in run and f"{extra}:newest" in run for extra in OWN_ENVIRONMENT)
 
 
 def test_redis_py_is_capped_below_its_next_major() -> None:
