@@ -70,7 +70,7 @@ def test_top_says_a_streaks_state_in_lists_words_and_how_to_see_a_cut_id_whole(r
     top = cli(redis_url, "words", "top").stdout
     row = next(line for line in top.splitlines() if line.startswith("thread/run/"))
     assert row.split()[0] == f"{RUNS[0][:20]}…{RUNS[0][-19:]}" and row.split()[4:6] == ["next", "denied"]
-    assert "ids longer than 40 characters are cut in the middle; distbrake list --json shows them whole" in top
+    assert "ids wider than 40 columns are cut in the middle; distbrake list --json shows them whole" in top
     assert " ok " not in top and "(no streaks)" not in top
     streaks = {s["session_id"]: s for s in as_json(cli(redis_url, "words", "top", "--json"))["streaks"]}
     assert streaks[RUNS[0]]["next_denied"] is True and streaks["calm"]["next_denied"] is False

@@ -90,6 +90,7 @@ def test_every_floor_of_an_extra_in_its_own_environment_is_pinned_for_its_floor_
     assert declared == pins(OWN_CONSTRAINTS)
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert all(f"{extra}:floor" in run and f"{extra}:newest" in run for extra in OWN_ENVIRONMENT)
+    assert 'constraints=(-c tests/constraints-floor-own.txt)' in run
 
 
 def test_redis_py_is_capped_below_its_next_major() -> None:

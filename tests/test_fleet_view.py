@@ -14,14 +14,18 @@ import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from rich.cells import cell_len
 
 from distbrake import AsyncDistributedBrake, DistributedBrake, LoopBrakeError
+from distbrake.cli.fleet import short_id
+from distbrake.cli.output import escape_text
 from tests.backends import Checker
 from tests.servers import RedisCluster, RedisServer
 
@@ -253,6 +257,25 @@ async def test_top_in_a_real_terminal_shows_streaks_and_denials_and_quits_on_q(
     assert _commands(redis_server) <= READS, _commands(redis_server) - READS  # top only read
 
 
+@pytest.mark.parametrize("session_id", [
+    "x" * 50, "会" * 10 + "a" * 30, "a会" * 20, "❤\ufe0f" * 20, "e\u0301" * 40, "👍🏽" * 20, "👩\u200d💻" * 20,
+])
+@pytest.mark.parametrize("chars", [8, 26, 40])
+def test_a_cut_id_fits_its_cells_and_never_parts_a_character_from_its_marks(session_id: str, chars: int) -> None:
+    """What `top` shows of an id is at most `chars` terminal cells as rich draws them (a CJK character, an emoji
+    with its variation selector, takes two), uses them (at most one cell lost to a wide character), and never
+    starts its tail, nor ends its head, beside a mark drawn with the character before it."""
+    whole, shown = escape_text(session_id), short_id(session_id, chars)  # (a joiner is escaped: never drawn)
+    if cell_len(whole) <= chars:
+        assert shown == whole
+        return
+    assert chars - 1 <= cell_len(shown) <= chars, shown
+    head, tail = shown.split("…")
+    assert whole.startswith(head) and whole.endswith(tail)
+    for part in (tail, whole[len(head)]):
+        assert not unicodedata.combining(part[0]) and part[0] not in "\ufe0f\U0001f3fd", shown
+
+
 def test_top_in_an_80_column_terminal_shows_ids_whole_or_cut_in_the_middle_as_it_says(
     tmux_path: str, redis_url: str,
 ) -> None:
@@ -279,7 +302,7 @@ def test_top_in_an_80_column_terminal_shows_ids_whole_or_cut_in_the_middle_as_it
     assert ["会话会话会话…会话会话会话", "search"] in [row[:2] for row in words], screen
     cut = {f"{long_id[:13]}…", "会话会话会话…"}
     assert "…" not in functools.reduce(lambda text, head: text.replace(head, ""), cut, screen), screen  # no other
-    assert "ids longer than 26 characters are cut in the middle" in screen
+    assert "ids wider than 26 columns are cut in the middle" in screen
 
 
 @pytest.mark.parametrize("store", ["redis", "cluster"])

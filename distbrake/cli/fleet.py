@@ -16,6 +16,7 @@ import re
 import select
 import sys
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,6 +123,9 @@ def halts_json(halted: list[SessionState], kill: KillState | None) -> dict[str, 
     }
 
 
+_JOINERS = frozenset("\u200c\u200d") | frozenset(map(chr, range(0xFE00, 0xFE10)))  # ZWNJ, ZWJ, variation selectors
+
+
 def id_chars(width: int) -> int:
     """How many terminal cells of a session id a table `width` cells wide shows: a third of the width, at most
     ID_CHARS, leaving the other columns OTHER_COLUMNS, at least MIN_ID_CHARS. The session column is never wrapped
@@ -131,17 +135,35 @@ def id_chars(width: int) -> int:
 
 
 def cut_note(chars: int) -> str:
-    return f"ids longer than {chars} characters are cut in the middle; distbrake list --json shows them whole"
+    return f"ids wider than {chars} columns are cut in the middle; distbrake list --json shows them whole"
+
+
+def _attached(character: str) -> bool:
+    """A character drawn with the one before it (a combining mark, a variation selector, a joiner, a skin tone):
+    never the first of a tail, nor the next after a head."""
+    return bool(unicodedata.combining(character)) or character in _JOINERS or "\U0001f3fb" <= character <= "\U0001f3ff"
 
 
 def _head(text: str, cells: int) -> str:
-    """The longest start of `text` at most `cells` terminal cells wide."""
-    width = 0
-    for index, character in enumerate(text):
-        width += cell_len(character)
-        if width > cells:
-            return text[:index]
-    return text
+    """The longest start of `text` at most `cells` terminal cells wide (as rich measures it), not parting a
+    character from what is drawn with it."""
+    end = 0
+    while end < len(text) and cell_len(text[:end + 1]) <= cells:
+        end += 1
+    while 0 < end < len(text) and _attached(text[end]):
+        end -= 1
+    return text[:end]
+
+
+def _tail(text: str, cells: int) -> str:
+    """The longest end of `text` at most `cells` terminal cells wide, not starting with a character drawn with
+    the one before it."""
+    start = len(text)
+    while start > 0 and cell_len(text[start - 1:]) <= cells:
+        start -= 1
+    while start < len(text) and _attached(text[start]):
+        start += 1
+    return text[start:]
 
 
 def short_id(session_id: str, chars: int = ID_CHARS) -> str:
@@ -150,8 +172,8 @@ def short_id(session_id: str, chars: int = ID_CHARS) -> str:
     shown = escape_text(session_id)
     if cell_len(shown) <= chars:
         return shown
-    tail = (chars - 1) // 2
-    return _head(shown, chars - 1 - tail) + "…" + _head(shown[::-1], tail)[::-1]
+    head = _head(shown, chars - 1 - (chars - 1) // 2)
+    return head + "…" + _tail(shown, chars - 1 - cell_len(head))
 
 
 def any_cut(states: list[SessionState], chars: int) -> bool:

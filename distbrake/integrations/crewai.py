@@ -87,7 +87,7 @@ from ..wrap import Brake, is_async_brake
 from . import kernel
 from .kernel import AdapterOptions, OnDeny, Scope, SessionIdFunction, requires, scoped_session
 
-with requires(__name__, "CrewAI (crewai >= 1.15)", "crewai"):
+with requires(__name__, "CrewAI (crewai >= 1.15.19)", "crewai"):
     from crewai.hooks import HookAborted, InterceptionPoint
     from crewai.hooks.dispatch import register, register_scoped, unregister
 
