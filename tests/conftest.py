@@ -8,6 +8,7 @@ Redis on 6379) and flushed between tests. `redis-server` must be on PATH:
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -29,6 +30,15 @@ pytest_plugins = ["tests.faults"]
 # get COLUMNS=80 LINES=24) wrapped the rows of `list` and `doctor` that the tests read.
 for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
+
+# CrewAI keeps the last kickoff's task outputs in a SQLite file under ~/.local/share/<CREWAI_STORAGE_DIR, else the
+# working directory's name>. Its table changed within 1.15 (a task_key column), and an older crewai reading a file
+# a newer one wrote fails (JSONDecodeError: CI's crewai floor cell, run after its newest, failed 8 tests so):
+# each crewai release the suite runs keeps a directory of its own (also for the README examples' subprocesses).
+try:
+    os.environ.setdefault("CREWAI_STORAGE_DIR", f"distbrake-tests-crewai-{importlib.metadata.version('crewai')}")
+except importlib.metadata.PackageNotFoundError:  # not installed here
+    pass
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
