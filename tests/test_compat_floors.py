@@ -19,13 +19,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tests.adapters import SEPARATE_ENVIRONMENTS  # extras that cannot share the others' environment
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 CONSTRAINTS = ROOT / "tests" / "constraints-floor.txt"
 EXTRAS_CONSTRAINTS = ROOT / "tests" / "constraints-floor-extras.txt"
 OWN_CONSTRAINTS = ROOT / "tests" / "constraints-floor-own.txt"
-#: Extras that cannot share the extras-floor environment (their mcp pins conflict); each has a cell of its own.
-OWN_ENVIRONMENT = ("crewai", "strands")
 #: The Pythons .ci/run tests: its own (3.11, the machine's) and the matrix's.
 CI_PYTHONS = ("3.11", "3.12", "3.13")
 
@@ -70,7 +70,7 @@ def test_every_extras_floor_is_pinned_in_a_floor_cell() -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
     checked = 0
     for extra, requirements in extras.items():
-        if extra == "all" or extra in OWN_ENVIRONMENT:
+        if extra == "all" or extra in SEPARATE_ENVIRONMENTS:
             continue
         for requirement in map(Requirement, requirements):
             name = canonicalize_name(requirement.name)
@@ -85,11 +85,11 @@ def test_every_extras_floor_is_pinned_in_a_floor_cell() -> None:
 def test_every_floor_of_an_extra_in_its_own_environment_is_pinned_for_its_floor_cell() -> None:
     """crewai's and strands' floors are the releases .ci/run's floor cell of each installs (beside its newest)."""
     extras = PYPROJECT["project"]["optional-dependencies"]
-    requirements = [Requirement(text) for extra in OWN_ENVIRONMENT for text in extras[extra]]
+    requirements = [Requirement(text) for extra in SEPARATE_ENVIRONMENTS for text in extras[extra]]
     declared = {canonicalize_name(r.name): lower_bound(r) for r in requirements}
     assert declared == pins(OWN_CONSTRAINTS)
     run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert all(f"{extra}:floor" in run and f"{extra}:newest" in run for extra in OWN_ENVIRONMENT)
+    assert all(f"{extra}:floor" in run and f"{extra}:newest" in run for extra in SEPARATE_ENVIRONMENTS)
     assert 'constraints=(-c tests/constraints-floor-own.txt)' in run
 
 

@@ -123,9 +123,6 @@ def halts_json(halted: list[SessionState], kill: KillState | None) -> dict[str, 
     }
 
 
-_JOINERS = frozenset("\u200c\u200d") | frozenset(map(chr, range(0xFE00, 0xFE10)))  # ZWNJ, ZWJ, variation selectors
-
-
 def id_chars(width: int) -> int:
     """How many terminal cells of a session id a table `width` cells wide shows: a third of the width, at most
     ID_CHARS, leaving the other columns OTHER_COLUMNS, at least MIN_ID_CHARS. The session column is never wrapped
@@ -139,9 +136,10 @@ def cut_note(chars: int) -> str:
 
 
 def _attached(character: str) -> bool:
-    """A character drawn with the one before it (a combining mark, a variation selector, a joiner, a skin tone):
-    never the first of a tail, nor the next after a head."""
-    return bool(unicodedata.combining(character)) or character in _JOINERS or "\U0001f3fb" <= character <= "\U0001f3ff"
+    """A character drawn with the one before it (a combining mark, a variation selector, a skin tone): never the
+    first of a tail, nor the next after a head. (Joiners never get here: `escape_text` shows them as escapes.)"""
+    return (bool(unicodedata.combining(character)) or "\ufe00" <= character <= "\ufe0f"
+            or "\U0001f3fb" <= character <= "\U0001f3ff")
 
 
 def _head(text: str, cells: int) -> str:
